@@ -1,0 +1,4 @@
+"""bench: gradient accumulation vs large batch, measured.
+
+Data flows one way: spec -> cells -> runner -> rows -> (report | cost).
+"""

@@ -1,0 +1,71 @@
+"""One configuration of a grid: what a single isolated run measures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+Precision = Literal["fp32", "bf16", "fp16"]
+Checkpointing = Literal["off", "full"]
+OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
+Profile = Literal["cuda", "cpu"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """A fully resolved grid cell.
+
+    Example:
+        >>> c = Cell(experiment="smoke", profile="cpu", model="test_vit", image_size=32,
+        ...          micro_batch=4, accum_steps=2, precision="fp32", checkpointing="off",
+        ...          optimizer="sgd", channels_last=False, warmup_steps=1, measured_steps=2)
+        >>> c.effective_batch
+        8
+    """
+
+    experiment: str
+    """Name of the experiment (the grid file's `experiment.name`)."""
+    profile: Profile
+    """`cuda` for the grid as written, `cpu` for its CPU profile."""
+    model: str
+    """timm model name, built with random init."""
+    image_size: int
+    """Square input side in pixels."""
+    micro_batch: int
+    """Samples per forward/backward pass."""
+    accum_steps: int
+    """Micro-batches accumulated per optimizer step (K)."""
+    precision: Precision
+    """`fp32` (TF32 off), `bf16` (autocast) or `fp16` (autocast + GradScaler)."""
+    checkpointing: Checkpointing
+    """Activation checkpointing via timm's `set_grad_checkpointing`."""
+    optimizer: OptimizerName
+    """`adamw` (fp32 state), `adamw8bit` (bitsandbytes) or `sgd` (momentum 0.9)."""
+    channels_last: bool
+    """Model and inputs in channels-last memory format."""
+    warmup_steps: int
+    """Optimizer steps run before anything is measured."""
+    measured_steps: int
+    """Timed optimizer steps."""
+    seed: int = 0
+    """Seed for weights and synthetic data."""
+
+    @property
+    def effective_batch(self) -> int:
+        return self.micro_batch * self.accum_steps
+
+    @property
+    def cell_id(self) -> str:
+        """Readable and stable: the same configuration always gets the same id."""
+        readable = (
+            f"{self.model}-{self.image_size}px-{self.micro_batch}x{self.accum_steps}"
+            f"-{self.precision}-ckpt_{self.checkpointing}-{self.optimizer}"
+            f"{'-cl' if self.channels_last else ''}"
+        )
+        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        return f"{readable}-{digest[:8]}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,62 @@
+"""The GPU catalog: datasheet peaks and memory, keyed by normalised device name.
+
+The data lives in `bench/data/gpus.csv`, one row per GPU with its source and the date it
+was recorded. Each row's `name_pattern` must match the whole normalised name, so no
+row's order matters (a substring chain would let "H20" hit "H200").
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+# Which datasheet column bounds each precision. fp32 runs with TF32 off.
+PEAK_COLUMN = {"fp32": "fp32_tflops", "bf16": "bf16_tflops", "fp16": "fp16_tflops"}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    gpu: str
+    memory_gib: float
+    peak_tflops: dict[str, float | None]
+    """Dense peak TFLOP/s by datasheet column (fp32_tflops, tf32_tflops, ...); None if absent."""
+    source: str
+    observed: str
+
+    def peak_flops_per_s(self, precision: str) -> float | None:
+        tflops = self.peak_tflops[PEAK_COLUMN[precision]]
+        return None if tflops is None else tflops * 1e12
+
+
+def normalise_gpu_name(name: str) -> str:
+    """`torch.cuda.get_device_name()` without vendor and brand words, lower case.
+
+    >>> normalise_gpu_name("NVIDIA GeForce RTX 4090")
+    'rtx 4090'
+    """
+    words = [w for w in name.lower().split() if w not in ("nvidia", "tesla", "geforce")]
+    return " ".join(words)
+
+
+def find_gpu(device_name: str) -> GpuSpec | None:
+    """The catalog row for a device name, or None for a GPU the catalog does not know."""
+    normalised = normalise_gpu_name(device_name)
+    matches = [spec for pattern, spec in _catalog() if pattern.fullmatch(normalised)]
+    if len(matches) > 1:
+        raise ValueError(f"GPU catalog is ambiguous for {device_name!r}: {[m.gpu for m in matches]}")
+    return matches[0] if matches else None
+
+
+@lru_cache(maxsize=None)
+def _catalog() -> tuple[tuple[re.Pattern, GpuSpec], ...]:
+    text = resources.files("bench.data").joinpath("gpus.csv").read_text()
+    rows = []
+    for row in csv.DictReader(text.splitlines()):
+        peaks = {col: float(row[col]) if row[col] else None
+                 for col in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops")}
+        spec = GpuSpec(row["gpu"], float(row["memory_gib"]), peaks, row["source"], row["observed"])
+        rows.append((re.compile(row["name_pattern"]), spec))
+    return tuple(rows)

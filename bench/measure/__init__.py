@@ -1,0 +1,1 @@
+"""Measurement: pure calculators (numbers in, numbers out) and thin collectors (clocks, allocators)."""

@@ -1,0 +1,132 @@
+"""Memory collectors: bytes held by tensors, allocator peaks, and a per-phase trace of one step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+from torch.distributed._tools.mem_tracker import MemTracker
+
+from bench.step import PhaseHook
+
+# MemTracker's reference types, by their enum value, under the names our rows use.
+TRACKED_CATEGORIES = {
+    "Parameter": "params",
+    "Buffer": "buffers",
+    "Gradient": "grads",
+    "Activation": "activations",
+    "Temp": "temporaries",
+    "Optstate": "optimizer_state",
+    "Other": "other",
+}
+
+
+def unique_tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (shared storages count once).
+
+    >>> t = torch.zeros(4)
+    >>> unique_tensor_bytes([t, t.view(2, 2), torch.zeros(2, dtype=torch.uint8)])
+    18
+    """
+    seen: dict[tuple[str, int], int] = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        seen[(str(tensor.device), storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def param_bytes(model: torch.nn.Module) -> int:
+    return unique_tensor_bytes(model.parameters())
+
+
+def grad_bytes(model: torch.nn.Module) -> int:
+    return unique_tensor_bytes(p.grad for p in model.parameters() if p.grad is not None)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Measured from the state tensors themselves, so 8-bit state shows its real size."""
+    return unique_tensor_bytes(_tensors_in(list(optimizer.state.values())))
+
+
+def _tensors_in(value: object) -> Iterable[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+
+
+def reset_allocator_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def allocator_peaks(device: torch.device) -> tuple[int | None, int | None]:
+    """(peak allocated, peak reserved) bytes since the last reset; CPU has no allocator stats."""
+    if device.type != "cuda":
+        return None, None
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
+
+
+@dataclass
+class TracedStep:
+    """What one untimed, traced optimizer step showed."""
+
+    phases: list[dict] = field(default_factory=list)
+    """[{"phase", "micro_step", "allocated_bytes"}] after each forward, backward and the update."""
+    grads_bytes: int = 0
+    optimizer_state_bytes: int = 0
+    tracked_peak_bytes: dict[str, int] = field(default_factory=dict)
+    """MemTracker's breakdown at the step's peak, by category, plus "total"."""
+
+
+def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
+               optimizer: torch.optim.Optimizer, device: torch.device) -> TracedStep:
+    """Run one optimizer step under MemTracker, recording memory after every phase.
+
+    Per-phase bytes come from the CUDA allocator on a GPU and from tracked tensors on CPU.
+    """
+    traced = TracedStep()
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+
+    def on_phase(phase: str, micro_step: int) -> None:
+        if phase == "backward":
+            traced.grads_bytes = grad_bytes(model)
+        if phase == "optimizer":
+            traced.optimizer_state_bytes = optimizer_state_bytes(optimizer)
+        traced.phases.append(
+            {"phase": phase, "micro_step": micro_step, "allocated_bytes": _current_bytes(tracker, device)}
+        )
+        if phase == "backward":
+            # MemTracker refuses a module run twice in one iteration, which is what
+            # accumulation does; resetting module stats keeps the device-wide peak.
+            tracker.reset_mod_stats()
+
+    with tracker:
+        run_step(on_phase)
+    traced.tracked_peak_bytes = _by_category(tracker.get_tracker_snapshot("peak"), device)
+    return traced
+
+
+def _current_bytes(tracker: MemTracker, device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    return _by_category(tracker.get_tracker_snapshot("current"), device)["total"]
+
+
+def _by_category(snapshot: dict, device: torch.device) -> dict[str, int]:
+    totals = {name: 0 for name in TRACKED_CATEGORIES.values()} | {"total": 0}
+    for snap_device, categories in snapshot.items():
+        if torch.device(snap_device).type != device.type:
+            continue
+        for key, nbytes in categories.items():
+            name = "total" if key == "Total" else TRACKED_CATEGORIES[key.value]
+            totals[name] += nbytes
+    return totals

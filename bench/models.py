@@ -1,0 +1,47 @@
+"""Model construction: timm with random init, checkpointing and memory format applied."""
+
+from __future__ import annotations
+
+import timm
+import torch
+
+NUM_CLASSES = 1000
+
+
+def build_model(name: str, image_size: int, *, checkpointing: str = "off",
+                channels_last: bool = False, device: torch.device | str = "cpu") -> torch.nn.Module:
+    """A timm model in train mode, random weights, on `device`.
+
+    Example:
+        >>> model = build_model("test_vit", 32, checkpointing="full")
+        >>> model.training
+        True
+    """
+    with torch.device(device):
+        model = _create(name, image_size)
+    model.set_grad_checkpointing(checkpointing == "full")
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model.train()
+
+
+def _create(name: str, image_size: int) -> torch.nn.Module:
+    # Transformers fix their position embeddings to one image size; CNNs take any size
+    # and reject the keyword.
+    try:
+        return timm.create_model(name, pretrained=False, num_classes=NUM_CLASSES, img_size=image_size)
+    except TypeError as exc:
+        if "img_size" not in str(exc):
+            raise
+        return timm.create_model(name, pretrained=False, num_classes=NUM_CLASSES)
+
+
+def synthetic_batch(micro_batch: int, image_size: int, *, channels_last: bool,
+                    device: torch.device | str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random images and labels, created directly on `device`."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    images = torch.randn(micro_batch, 3, image_size, image_size, generator=generator, device=device)
+    labels = torch.randint(0, NUM_CLASSES, (micro_batch,), generator=generator, device=device)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images, labels

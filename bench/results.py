@@ -1,0 +1,145 @@
+"""The row schema and the runs file: one CSV row per cell, written the moment the cell ends.
+
+Rows are appended with a single write and fsync, so killing a grid loses nothing finished;
+a row that replaces an earlier one for the same cell (`--force`, `--retry-failed`) rewrites
+the file through a temporary file and an atomic rename.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+
+# The header comes from this list, never from a row. Units are in the names.
+COLUMNS: dict[str, str] = {
+    "cell_id": "stable id: readable configuration plus a hash of every cell field",
+    "experiment": "grid name (experiment.name)",
+    "profile": "cuda (the grid as written) or cpu (its CPU profile)",
+    "model": "timm model name, random init",
+    "image_size": "square input side, pixels",
+    "micro_batch": "samples per forward/backward",
+    "accum_steps": "micro-batches per optimizer step (K)",
+    "effective_batch": "micro_batch x accum_steps",
+    "precision": "fp32 (TF32 off) | bf16 (autocast) | fp16 (autocast + GradScaler)",
+    "checkpointing": "off | full (timm set_grad_checkpointing)",
+    "optimizer": "adamw | adamw8bit (bitsandbytes) | sgd (momentum 0.9)",
+    "channels_last": "model and inputs in channels-last format",
+    "warmup_steps": "optimizer steps before measuring",
+    "measured_steps": "timed optimizer steps",
+    "seed": "seed for weights and synthetic data",
+    "device_type": "cuda | cpu",
+    "device_name": "torch.cuda.get_device_name() or the CPU model",
+    "device_tag": "results folder name for the device",
+    "cpu_threads": "torch intra-op threads",
+    "torch_version": "", "timm_version": "", "bitsandbytes_version": "empty if not installed",
+    "cuda_version": "torch.version.cuda, empty on a CPU-only build", "python_version": "",
+    "git_commit": "commit of the harness that measured the row", "git_dirty": "uncommitted changes present",
+    "started_utc": "cell start, ISO 8601 UTC", "duration_s": "wall time of the cell's process",
+    "status": "ok | oom | error | timeout | skipped",
+    "error_type": "exception type (oom, error) or reason class", "error_message": "first line of the message",
+    "memory_source": "cuda_allocator (max_memory_allocated) | tracked_tensors (MemTracker, CPU)",
+    "peak_memory_bytes": "peak_allocated_bytes on CUDA, peak_tracked_bytes on CPU",
+    "peak_allocated_bytes": "CUDA max_memory_allocated over the measured steps",
+    "peak_reserved_bytes": "CUDA max_memory_reserved over the measured steps",
+    "peak_tracked_bytes": "MemTracker peak over one traced step (tracked tensors only)",
+    "params_bytes": "parameter storage, measured from the tensors",
+    "grads_bytes": "gradient storage after backward, measured from the tensors",
+    "optimizer_state_bytes": "optimizer state storage, measured from the tensors",
+    "activations_peak_bytes": "peak_memory_bytes - params - grads - optimizer state",
+    "tracked_params_bytes": "MemTracker category at the traced peak",
+    "tracked_buffers_bytes": "", "tracked_grads_bytes": "", "tracked_optimizer_state_bytes": "",
+    "tracked_activations_bytes": "", "tracked_temporaries_bytes": "",
+    "phase_memory": "JSON [[phase, micro_step, bytes]]: after each forward/backward/optimizer/zero_grad",
+    "step_times_ms": "JSON list: every measured optimizer step, milliseconds",
+    "step_time_median_ms": "", "step_time_p10_ms": "", "step_time_p90_ms": "",
+    "samples_per_s": "effective_batch / median step time",
+    "model_flops_per_sample": "forward + backward FLOPs without recompute (flop_counter)",
+    "hardware_flops_per_sample": "forward + backward FLOPs with checkpoint recompute",
+    "peak_flops_per_s": "device dense peak for the precision",
+    "peak_flops_source": "datasheet (GPU catalog) or measured (CPU matmul)",
+    "mfu_pct": "model FLOPs x samples/s / peak", "hfu_pct": "hardware FLOPs x samples/s / peak",
+}
+
+
+class ResultsFileError(Exception):
+    """A runs file this version cannot append to."""
+
+
+class RunsFile:
+    """`results/<experiment>/<device-tag>/runs.csv`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def rows(self) -> list[dict[str, str]]:
+        if not self.path.exists():
+            return []
+        self._drop_torn_last_line()
+        with self.path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames != list(COLUMNS):
+                raise ResultsFileError(
+                    f"{self.path}: its columns differ from this version's; move it aside to start afresh"
+                )
+            return list(reader)
+
+    def cell_ids(self) -> set[str]:
+        return {row["cell_id"] for row in self.rows()}
+
+    def write(self, row: dict) -> None:
+        """Append `row`, or replace the earlier row of the same cell."""
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
+        existing = self.rows()
+        if any(old["cell_id"] == row["cell_id"] for old in existing):
+            kept = [old for old in existing if old["cell_id"] != row["cell_id"]]
+            self._rewrite(kept + [row])
+        elif not self.path.exists():
+            self._rewrite([row])
+        else:
+            self._append(_csv_text([row]))
+
+    def _append(self, text: str) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _rewrite(self, rows: list[dict]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".csv.tmp")
+        with temporary.open("w", newline="") as handle:
+            handle.write(_csv_text(rows, header=True))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+
+    def _drop_torn_last_line(self) -> None:
+        # A kill in the middle of an append can leave a line without its newline.
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with self.path.open("r+b") as handle:
+                handle.truncate(data.rfind(b"\n") + 1)
+
+
+def _csv_text(rows: list[dict], header: bool = False) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(COLUMNS), lineterminator="\n")
+    if header:
+        writer.writeheader()
+    for row in rows:
+        writer.writerow({key: _cell_text(row.get(key)) for key in COLUMNS})
+    return buffer.getvalue()
+
+
+def _cell_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

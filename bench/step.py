@@ -1,0 +1,90 @@
+"""The one training step: K micro-batches accumulated into one optimizer step.
+
+Shared by the runner, the memory estimator and DDP; nobody copies it. No timing,
+logging or I/O in here: callers observe it through `on_phase`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+# Called after each forward and backward (with the micro-step index) and after the optimizer.
+PhaseHook = Callable[[str, int], None]
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def configure_precision(precision: str) -> None:
+    """fp32 means fp32: no TF32 matmuls or convolutions (timm's benchmark turns TF32 on)."""
+    tf32 = precision != "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
+def autocast_for(precision: str, device_type: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=AMP_DTYPES[precision])
+
+
+def grad_scaler_for(precision: str, device_type: str) -> torch.amp.GradScaler | None:
+    """fp16 needs loss scaling; bf16 has fp32's range and does not."""
+    return torch.amp.GradScaler(device_type) if precision == "fp16" else None
+
+
+def accumulate_gradients(model: torch.nn.Module, micro_batches: Sequence[Batch], precision: str,
+                         scaler: torch.amp.GradScaler | None = None,
+                         on_phase: PhaseHook | None = None) -> torch.Tensor:
+    """Forward and backward each micro-batch with its loss divided by K; returns the summed loss."""
+    accum_steps = len(micro_batches)
+    total = torch.zeros((), device=micro_batches[0][0].device)
+    for index, (images, labels) in enumerate(micro_batches):
+        with autocast_for(precision, images.device.type):
+            # Divide by K so the summed gradients are the mean over the effective batch.
+            loss = F.cross_entropy(model(images), labels) / accum_steps
+        if on_phase:
+            on_phase("forward", index)
+        (scaler.scale(loss) if scaler else loss).backward()
+        total += loss.detach()  # detached: keeping `loss` would keep its graph alive
+        if on_phase:
+            on_phase("backward", index)
+    return total
+
+
+def apply_update(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None,
+                 on_phase: PhaseHook | None = None, last_index: int = 0) -> None:
+    """One optimizer step, then free the gradients (set to None, not zeros)."""
+    if scaler:
+        scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
+        scaler.update()
+    else:
+        optimizer.step()
+    if on_phase:
+        on_phase("optimizer", last_index)
+    optimizer.zero_grad(set_to_none=True)
+    if on_phase:
+        on_phase("zero_grad", last_index)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               micro_batches: Sequence[Batch], precision: str,
+               scaler: torch.amp.GradScaler | None = None,
+               on_phase: PhaseHook | None = None) -> torch.Tensor:
+    """One optimizer step over len(micro_batches) accumulated micro-batches.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> batch = (torch.randn(2, 3, 2, 2), torch.tensor([0, 1]))
+        >>> loss = train_step(model, opt, [batch, batch], "fp32")
+        >>> loss.shape
+        torch.Size([])
+    """
+    loss = accumulate_gradients(model, micro_batches, precision, scaler, on_phase)
+    apply_update(optimizer, scaler, on_phase, last_index=len(micro_batches) - 1)
+    return loss

@@ -1,0 +1,4 @@
+"""Units, defined once."""
+
+GIB = 2**30
+MIB = 2**20

@@ -1,0 +1,145 @@
+"""Inside one cell's process: build, warm up, trace, time, and report one row's measurements.
+
+The runner forks each cell from a server that has already imported this module (and so
+torch and timm), then talks to it only through a pipe: what comes back is a plain dict.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
+import torch
+
+from bench.cell import Cell
+from bench.device import DeviceInfo
+from bench.measure.flops import FlopsPerSample
+from bench.measure.memory import (
+    allocator_peaks, optimizer_state_bytes, param_bytes, reset_allocator_peak, trace_step,
+)
+from bench.measure.peak import PeakFlops
+from bench.measure.timing import summarize_step_times, time_steps
+from bench.measure.utilization import samples_per_s, utilization_pct
+from bench.models import build_model, synthetic_batch
+from bench.optim import OptimizerUnavailable, build_optimizer
+from bench.step import configure_precision, grad_scaler_for, train_step
+from bench.units import GIB
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """Everything a cell's process needs, decided by the parent."""
+
+    cell: Cell
+    device: DeviceInfo
+    peak: PeakFlops
+    flops: FlopsPerSample | None
+    memory_limit_gib: float | None = None
+    """Cap on the memory the cell may add: the device's on CUDA, address space on CPU."""
+
+
+def child_main(task: CellTask, connection: Connection) -> None:
+    """Process entry point: send back the cell's outcome, whatever happens."""
+    try:
+        _apply_memory_limit(task)
+        outcome = {"status": "ok", **measure_cell(task)}
+    except OptimizerUnavailable as exc:
+        outcome = {"status": "skipped", "error_type": "OptimizerUnavailable", "error_message": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
+        outcome = {"status": "oom" if is_out_of_memory(exc) else "error",
+                   "error_type": type(exc).__name__, "error_message": first_line(exc)}
+    connection.send(outcome)
+    connection.close()
+
+
+def measure_cell(task: CellTask) -> dict:
+    """Run one cell and return its measured columns."""
+    cell, device = task.cell, torch.device(task.device.type)
+    configure_precision(cell.precision)
+    torch.manual_seed(cell.seed)
+    model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
+                        channels_last=cell.channels_last, device=device)
+    optimizer = build_optimizer(cell.optimizer, model.parameters())
+    scaler = grad_scaler_for(cell.precision, device.type)
+    batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
+                            device=device, seed=cell.seed)
+    # The same micro-batch K times: a loader holds one micro-batch at a time, and so do we.
+    micro_batches = [batch] * cell.accum_steps
+
+    def run_step(on_phase=None):
+        return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase)
+
+    for _ in range(cell.warmup_steps):
+        run_step()
+    traced = trace_step(run_step, model, optimizer, device)
+    reset_allocator_peak(device)
+    step_times_ms = time_steps(run_step, cell.measured_steps, device)
+    peak_allocated, peak_reserved = allocator_peaks(device)
+
+    static = {"params_bytes": param_bytes(model), "grads_bytes": traced.grads_bytes,
+              "optimizer_state_bytes": optimizer_state_bytes(optimizer)}
+    tracked_peak = traced.tracked_peak_bytes["total"]
+    peak = peak_allocated if peak_allocated is not None else tracked_peak
+    return {
+        "memory_source": "cuda_allocator" if device.type == "cuda" else "tracked_tensors",
+        "peak_memory_bytes": peak,
+        "peak_allocated_bytes": peak_allocated,
+        "peak_reserved_bytes": peak_reserved,
+        "peak_tracked_bytes": tracked_peak,
+        **static,
+        "activations_peak_bytes": peak - sum(static.values()),
+        **{f"tracked_{name}_bytes": traced.tracked_peak_bytes[name]
+           for name in ("params", "buffers", "grads", "optimizer_state", "activations", "temporaries")},
+        "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]] for p in traced.phases]),
+        **_throughput_columns(task, step_times_ms),
+    }
+
+
+def _throughput_columns(task: CellTask, step_times_ms: list[float]) -> dict:
+    stats = summarize_step_times(step_times_ms)
+    rate = samples_per_s(task.cell.effective_batch, stats.median_ms)
+    flops = task.flops
+    return {
+        "step_times_ms": json.dumps([round(t, 4) for t in step_times_ms]),
+        "step_time_median_ms": stats.median_ms,
+        "step_time_p10_ms": stats.p10_ms,
+        "step_time_p90_ms": stats.p90_ms,
+        "samples_per_s": rate,
+        "model_flops_per_sample": flops.model if flops else None,
+        "hardware_flops_per_sample": flops.hardware if flops else None,
+        "peak_flops_per_s": task.peak.flops_per_s,
+        "peak_flops_source": task.peak.source,
+        "mfu_pct": utilization_pct(flops.model, rate, task.peak.flops_per_s) if flops else None,
+        "hfu_pct": utilization_pct(flops.hardware, rate, task.peak.flops_per_s) if flops else None,
+    }
+
+
+def _apply_memory_limit(task: CellTask) -> None:
+    if task.memory_limit_gib is None:
+        return
+    limit = int(task.memory_limit_gib * GIB)
+    if task.device.type == "cuda":
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+        return
+    # On CPU, cap growth of the address space: a larger allocation then fails inside
+    # torch's allocator, as it would on a full device.
+    pages = int(open("/proc/self/statm").read().split()[0])
+    ceiling = pages * resource.getpagesize() + limit
+    resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Out-of-memory by exception type first, then by the CPU allocator's message."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else repr(exc))[:500]
