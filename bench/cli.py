@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from bench.device import DeviceInfo, detect_device
+from bench.device import DeviceInfo, DeviceUnavailable, detect_device
 from bench.results import ResultsFileError
 from bench.spec import Grid, SpecError, load_grid, require_precisions
 
@@ -17,9 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (SpecError, ResultsFileError) as exc:
+    except (SpecError, ResultsFileError, DeviceUnavailable) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `bench list ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _list(args: argparse.Namespace) -> int:

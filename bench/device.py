@@ -13,6 +13,10 @@ import torch
 DeviceChoice = Literal["auto", "cuda", "cpu"]
 
 
+class DeviceUnavailable(Exception):
+    """The device asked for is not on this machine."""
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     type: Literal["cuda", "cpu"]
@@ -39,7 +43,7 @@ def detect_device(choice: DeviceChoice = "auto") -> DeviceInfo:
     use_cuda = torch.cuda.is_available() if choice == "auto" else choice == "cuda"
     if use_cuda:
         if not torch.cuda.is_available():
-            raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
+            raise DeviceUnavailable("--device cuda: torch sees no CUDA device on this machine; allowed here: auto, cpu")
         precisions = ("fp32", "bf16", "fp16") if torch.cuda.is_bf16_supported(including_emulation=False) \
             else ("fp32", "fp16")
         return DeviceInfo("cuda", torch.cuda.get_device_name(0), precisions, torch.get_num_threads())

@@ -62,7 +62,7 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
     peaks = {precision: device_peak(device, precision) for precision in sorted({c.precision for c in todo})}
     provenance = _provenance()
     timeout_s = options.timeout_s or grid.run.timeout_s
-    context = _fork_server()
+    context = fork_server()
     for index, cell in enumerate(todo):
         if on_start:
             on_start(cell, index, len(todo))
@@ -133,8 +133,10 @@ def _provenance() -> dict:
     return {"git_commit": commit, "git_dirty": dirty, **library_versions()}
 
 
-def _fork_server() -> multiprocessing.context.BaseContext:
+def fork_server() -> multiprocessing.context.BaseContext:
+    """A process context whose children start with torch, timm and the worker imported."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["bench.worker"])
+    # bench.cli too: each child re-imports the main module (the `bench` script) before it starts.
+    context.set_forkserver_preload(["bench.worker", "bench.cli"])
     return context
 

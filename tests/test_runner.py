@@ -1,0 +1,98 @@
+"""The runner as a user drives it: isolated cells, failures as rows, resume after a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from bench.results import COLUMNS
+from conftest import REPO, read_rows, run_bench, tiny_grid
+
+
+def _runs_csv(results, experiment):
+    (folder,) = (results / experiment).iterdir()
+    return folder / "runs.csv"
+
+
+def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path):
+    results = tmp_path / "results"
+    first = run_bench("run", "experiments/smoke.toml", "--results", str(results))
+    assert first.returncode == 0, first.stderr
+    runs = _runs_csv(results, "smoke")
+    assert runs.read_text().splitlines()[0] == ",".join(COLUMNS)
+    rows = read_rows(runs)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert {r["profile"] for r in rows} == {"cpu"} and {r["memory_source"] for r in rows} == {"tracked_tensors"}
+    assert all(float(r["samples_per_s"]) > 0 and r["peak_flops_source"].startswith("measured") for r in rows)
+    assert "smoke on" in first.stdout  # the summary table
+
+    again = run_bench("run", "experiments/smoke.toml", "--results", str(results))
+    assert again.returncode == 0
+    assert read_rows(runs) == rows  # nothing re-measured
+
+    forced = run_bench("run", "experiments/smoke.toml", "--results", str(results), "--force")
+    assert forced.returncode == 0
+    redone = read_rows(runs)
+    assert sorted(r["cell_id"] for r in redone) == sorted(r["cell_id"] for r in rows)
+    assert all(new["started_utc"] >= old["started_utc"] for new, old in zip(redone, rows))
+
+
+def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, tmp_path):
+    # 1 x 2 ResNet: BatchNorm sees one value per channel at 1x1 spatial and raises;
+    # 256 x 1 at 128 px needs far more than the 1 GiB cap and runs out of memory.
+    grid = write_grid(tiny_grid("faults", model="test_resnet", image_size=32, effective_batch=256,
+                                pairs="[[256, 1], [128, 2]]").replace("image_size = [32]", "image_size = [32, 512]"))
+    broken = write_grid(tiny_grid("broken", model="test_resnet", image_size=32, effective_batch=2,
+                                  pairs="[[1, 2], [2, 1]]"), "broken.toml")
+    results = tmp_path / "results"
+    ran = run_bench("run", str(grid), str(broken), "--results", str(results), "--memory-limit-gib", "1")
+    assert ran.returncode == 0, ran.stderr
+    statuses = {(r["image_size"], r["micro_batch"]): r for r in read_rows(_runs_csv(results, "faults"))}
+    assert statuses[("512", "256")]["status"] == "oom"
+    assert statuses[("32", "256")]["status"] == "ok"
+    broken_rows = {r["micro_batch"]: r for r in read_rows(_runs_csv(results, "broken"))}
+    assert broken_rows["1"]["status"] == "error" and broken_rows["1"]["error_type"] == "ValueError"
+    assert "channel" in broken_rows["1"]["error_message"]
+    assert broken_rows["2"]["status"] == "ok"
+
+
+def test_a_cell_past_its_time_limit_is_killed_and_recorded(write_grid, tmp_path):
+    grid = write_grid(tiny_grid("slow", model="resnet50", image_size=64, effective_batch=32,
+                                pairs="[[32, 1]]"))
+    results = tmp_path / "results"
+    began = time.monotonic()
+    ran = run_bench("run", str(grid), "--results", str(results), "--timeout-s", "0.5")
+    assert ran.returncode == 0, ran.stderr
+    (row,) = read_rows(_runs_csv(results, "slow"))
+    assert row["status"] == "timeout" and "0.5 s" in row["error_message"]
+    assert time.monotonic() - began < 120
+
+
+def test_a_grid_killed_mid_run_resumes_with_no_row_lost_or_doubled(tmp_path):
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "bench.cli", "run", "experiments/smoke.toml", "--results", str(results)]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    deadline = time.monotonic() + 300
+    runs = None
+    while time.monotonic() < deadline and process.poll() is None:
+        found = list(results.glob("smoke/*/runs.csv"))
+        if found and len(read_rows(found[0])) >= 1:
+            runs = found[0]
+            break
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the runner, its fork server and the running cell
+    process.wait()
+    assert runs is not None, "no row appeared before the deadline"
+    before = read_rows(runs)
+    assert 1 <= len(before) < 4
+
+    resumed = run_bench("run", "experiments/smoke.toml", "--results", str(results))
+    assert resumed.returncode == 0, resumed.stderr
+    after = read_rows(runs)
+    ids = [r["cell_id"] for r in after]
+    assert len(ids) == len(set(ids)) == 4
+    assert after[: len(before)] == before  # finished rows kept as they were
