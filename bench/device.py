@@ -38,17 +38,24 @@ class DeviceInfo:
 def detect_device(choice: DeviceChoice = "auto") -> DeviceInfo:
     """The CUDA device if there is one (or `choice` forces one), else the CPU.
 
-    Does not create a CUDA context, so the cells' processes get the whole GPU.
+    Creates no CUDA context in this process (the device is queried from a child), so the
+    cells' processes get the whole GPU.
     """
     use_cuda = torch.cuda.is_available() if choice == "auto" else choice == "cuda"
     if use_cuda:
         if not torch.cuda.is_available():
             raise DeviceUnavailable("--device cuda: torch sees no CUDA device on this machine; allowed here: auto, cpu")
-        precisions = ("fp32", "bf16", "fp16") if torch.cuda.is_bf16_supported(including_emulation=False) \
-            else ("fp32", "fp16")
-        return DeviceInfo("cuda", torch.cuda.get_device_name(0), precisions, torch.get_num_threads())
+        from bench.isolation import call_in_child  # late: isolation preloads modules that import this one
+
+        name, bf16 = call_in_child(_cuda_facts)
+        precisions = ("fp32", "bf16", "fp16") if bf16 else ("fp32", "fp16")
+        return DeviceInfo("cuda", name, precisions, torch.get_num_threads())
     # CPU autocast runs bf16 and fp16 (fp16 very slowly on most CPUs: keep it to few cells).
     return DeviceInfo("cpu", cpu_model_name(), ("fp32", "bf16", "fp16"), torch.get_num_threads())
+
+
+def _cuda_facts() -> tuple[str, bool]:
+    return torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def cpu_model_name() -> str:

@@ -17,6 +17,7 @@ from typing import Callable
 
 from bench.cell import Cell
 from bench.device import DeviceInfo
+from bench.isolation import fork_server
 from bench.measure.flops import FlopsPerSample, flops_per_sample
 from bench.measure.peak import device_peak
 from bench.provenance import git_state, library_versions
@@ -131,12 +132,3 @@ def _flops_or_none(cell: Cell) -> FlopsPerSample | None:
 def _provenance() -> dict:
     commit, dirty = git_state()
     return {"git_commit": commit, "git_dirty": dirty, **library_versions()}
-
-
-def fork_server() -> multiprocessing.context.BaseContext:
-    """A process context whose children start with torch, timm and the worker imported."""
-    context = multiprocessing.get_context("forkserver")
-    # bench.cli too: each child re-imports the main module (the `bench` script) before it starts.
-    context.set_forkserver_preload(["bench.worker", "bench.cli"])
-    return context
-

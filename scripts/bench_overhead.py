@@ -17,7 +17,8 @@ from bench.cell import Cell
 from bench.device import detect_device
 from bench.measure.flops import flops_per_sample
 from bench.measure.peak import device_peak
-from bench.runner import fork_server, run_isolated
+from bench.isolation import fork_server
+from bench.runner import run_isolated
 from bench.worker import CellTask
 
 
