@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench-resnet bench-vit bench-smoke bench-overhead clean
+.PHONY: install test bench-resnet bench-vit bench-smoke bench-overhead charts clean
 
 install: $(STAMP)
 
@@ -29,6 +29,11 @@ bench-smoke: install
 # The runner against a hand-written loop on the same cell: target within 3%.
 bench-overhead: install
 	$(BIN)/python scripts/bench_overhead.py
+
+# Every results folder's charts and REPORT.md, regenerated from its rows.
+RESULT_FOLDERS = $(sort $(dir $(wildcard results/*/*/runs.csv)))
+charts: install
+	$(if $(RESULT_FOLDERS),$(BIN)/bench report $(RESULT_FOLDERS),@echo "no results/*/*/runs.csv to report on yet")
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,4 +1,4 @@
-"""Command line: `bench list FILE`, `bench run FILE...`. Parse, build, run; nothing else here."""
+"""Command line: `bench list`, `bench run`, `bench report`. Parse, build, run; nothing else here."""
 
 from __future__ import annotations
 
@@ -55,6 +55,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from bench.report import build_report
+    from bench.report.rows import RowsError
+
+    try:
+        for folder in args.folders:
+            written = build_report(folder)
+            print(f"{folder}: wrote {', '.join(path.name for path in written)}")
+    except RowsError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
 def _load_all(files: list[Path], device: DeviceInfo) -> list[Grid]:
     profile = "cuda" if device.type == "cuda" else "cpu"
     grids = [load_grid(path, profile) for path in files]
@@ -78,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout-s", type=_positive, help="per-cell time limit, overriding run.timeout_s")
     run.add_argument("--memory-limit-gib", type=_positive,
                      help="cap each cell's memory (GPU memory on CUDA, address-space growth on CPU)")
+
+    report = commands.add_parser("report", help="regenerate charts and REPORT.md from results folders")
+    report.set_defaults(handler=_report)
+    report.add_argument("folders", nargs="+", type=Path, metavar="FOLDER",
+                        help="results/<experiment>/<device-tag> (holding runs.csv)")
 
     for sub in (listing, run):
         sub.add_argument("files", nargs="+", type=Path, metavar="FILE", help="grid file (TOML)")

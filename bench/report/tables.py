@@ -1,0 +1,89 @@
+"""Report tables: the per-cell table and "what accumulation costs", as DataFrames and markdown."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.report.rows import PRECISION_ORDER, ordered, pair_label, reference_optimizer
+from bench.units import GIB
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub markdown table; empty cells for missing values.
+
+    >>> print(markdown_table(pd.DataFrame({"a": [1], "b": [None]})))
+    | a | b |
+    |---|---|
+    | 1 |  |
+    """
+    def text(value: object) -> str:
+        return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(text(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per cell, rounded, units in the headers."""
+    def gib(column: str) -> pd.Series:
+        return (rows[column] / GIB).round(3)
+    return pd.DataFrame({
+        "model": rows.model,
+        "image (px)": rows.image_size,
+        "micro×K": [pair_label(m, k) for m, k in zip(rows.micro_batch, rows.accum_steps)],
+        "precision": rows.precision,
+        "ckpt": rows.checkpointing,
+        "optimizer": rows.optimizer,
+        "status": rows.status,
+        "peak (GiB)": gib("peak_memory_bytes"),
+        "reserved (GiB)": gib("peak_reserved_bytes"),
+        "activations (GiB)": gib("activations_peak_bytes"),
+        "optimizer state (GiB)": gib("optimizer_state_bytes"),
+        "step (ms)": rows.step_time_median_ms.round(1),
+        "samples/s": rows.samples_per_s.round(2),
+        "MFU (%)": rows.mfu_pct.round(2),
+        "HFU (%)": rows.hfu_pct.round(2),
+    })
+
+
+def accumulation_cost(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per model and precision: the large-batch end against the most-accumulated end.
+
+    Compared at checkpointing off (when measured) with the reference optimizer, so only the
+    micro-batch/accumulation split differs between the two cells.
+    """
+    optimizer = reference_optimizer(rows)
+    subset = rows[rows.optimizer == optimizer]
+    if (subset.checkpointing == "off").any():
+        subset = subset[subset.checkpointing == "off"]
+    lines = []
+    for model in sorted(set(subset.model)):
+        for precision in ordered(subset[subset.model == model].precision, PRECISION_ORDER):
+            cells = subset[(subset.model == model) & (subset.precision == precision)]
+            large, accumulated = cells.loc[cells.accum_steps.idxmin()], cells.loc[cells.accum_steps.idxmax()]
+            if large.cell_id == accumulated.cell_id:
+                continue
+            lines.append(_compare(model, precision, optimizer, large, accumulated))
+    return pd.DataFrame(lines)
+
+
+def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accumulated: pd.Series) -> dict:
+    both_ok = large.status == "ok" and accumulated.status == "ok"
+
+    def change_pct(column: str) -> float | None:
+        return round(100 * (large[column] - accumulated[column]) / large[column], 1) if both_ok else None
+
+    def value(row: pd.Series, column: str, digits: int, scale: float = 1.0) -> object:
+        return round(row[column] / scale, digits) if row.status == "ok" else row.status
+
+    return {
+        "model": model, "precision": precision, "optimizer": optimizer,
+        "large batch": pair_label(large.micro_batch, large.accum_steps),
+        "accumulated": pair_label(accumulated.micro_batch, accumulated.accum_steps),
+        "peak large (GiB)": value(large, "peak_memory_bytes", 3, GIB),
+        "peak accumulated (GiB)": value(accumulated, "peak_memory_bytes", 3, GIB),
+        "memory saved (%)": change_pct("peak_memory_bytes"),
+        "throughput lost (%)": change_pct("samples_per_s"),
+        "MFU large (%)": value(large, "mfu_pct", 2),
+        "MFU accumulated (%)": value(accumulated, "mfu_pct", 2),
+    }

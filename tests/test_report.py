@@ -1,0 +1,165 @@
+"""Reports built from rows: the files, the series each chart carries, failures shown, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.report import build_report
+from bench.report.charts import (CHARTS, memory_by_micro_batch, memory_sawtooth, memory_throughput_tradeoff,
+                                 optimizers_side_by_side, pareto_frontier, throughput_and_mfu)
+from bench.report.rows import RowsError, context_of, load_rows
+from bench.report.tables import accumulation_cost
+from bench.results import RunsFile
+from bench.units import GIB
+
+PAIRS = [(8, 1), (4, 2), (2, 4)]
+
+
+def _row(micro, accum, precision="fp32", ckpt="off", optimizer="adamw", status="ok") -> dict:
+    """A made-up but internally consistent row: activations scale with the micro-batch."""
+    params = 1 * GIB
+    state = {"adamw": 2 * params, "adamw8bit": params // 4, "sgd": params}[optimizer]
+    activations = micro * GIB // (2 if precision == "bf16" else 1) // (3 if ckpt == "full" else 1)
+    rate = 100.0 * (1 + micro / 8) * (1.5 if precision == "bf16" else 1)
+    row = {"cell_id": f"m-{micro}x{accum}-{precision}-{ckpt}-{optimizer}", "experiment": "fixture",
+           "profile": "cuda", "model": "m", "image_size": 224, "micro_batch": micro, "accum_steps": accum,
+           "effective_batch": micro * accum, "precision": precision, "checkpointing": ckpt,
+           "optimizer": optimizer, "device_type": "cuda", "device_name": "NVIDIA H200", "status": status}
+    if status != "ok":
+        return row | {"error_type": "OutOfMemoryError" if status == "oom" else "RuntimeError",
+                      "error_message": "made up"}
+    phases = []
+    for step in range(accum):
+        phases += [["forward", step, params + state + activations], ["backward", step, 2 * params + state]]
+    phases += [["optimizer", accum - 1, 2 * params + state], ["zero_grad", accum - 1, params + state]]
+    return row | {
+        "memory_source": "cuda_allocator", "peak_memory_bytes": 2 * params + state + activations,
+        "peak_allocated_bytes": 2 * params + state + activations,
+        "peak_reserved_bytes": 2 * params + state + activations + GIB // 2,
+        "params_bytes": params, "grads_bytes": params, "optimizer_state_bytes": state,
+        "activations_peak_bytes": activations, "phase_memory": json.dumps(phases),
+        "samples_per_s": rate, "step_time_median_ms": 1e3 * micro * accum / rate,
+        "mfu_pct": rate / 10, "hfu_pct": rate / 10 * (1.3 if ckpt == "full" else 1),
+        "peak_flops_source": "datasheet: H200 bf16_tflops (made up)", "git_commit": "abc",
+    }
+
+
+@pytest.fixture
+def results_folder(tmp_path):
+    folder = tmp_path / "fixture" / "nvidia-h200"
+    runs = RunsFile(folder / "runs.csv")
+    for precision in ("fp32", "bf16"):
+        for ckpt in ("off", "full"):
+            for micro, accum in PAIRS:
+                runs.write(_row(micro, accum, precision, ckpt))
+    for optimizer in ("adamw8bit", "sgd"):
+        runs.write(_row(8, 1, optimizer=optimizer))
+    runs.write(_row(16, 1, "fp32", "off", "adamw", status="oom") | {"effective_batch": 8})
+    runs.write(_row(1, 8, "fp32", "off", "adamw", status="error"))
+    return folder
+
+
+def test_report_writes_every_chart_and_the_tables(results_folder):
+    written = {path.name for path in build_report(results_folder)}
+    assert written == set(CHARTS) | {"REPORT.md", "accumulation_cost.csv"}
+    report = (results_folder / "REPORT.md").read_text()
+    assert "NVIDIA H200" in report and "## What accumulation costs" in report
+    assert all(f"({name})" in report for name in CHARTS)
+    assert "| oom |" in report and "| error |" in report  # failed cells are in the table, not dropped
+
+
+def test_accumulation_cost_compares_the_two_ends(results_folder):
+    cost = accumulation_cost(load_rows(results_folder)).set_index("precision")
+    # fp32: the error row (1x8) is the most-accumulated cell, so it is reported as such.
+    assert cost.loc["fp32", "accumulated"] == "1×8" and cost.loc["fp32", "MFU accumulated (%)"] == "error"
+    bf16 = cost.loc["bf16"]
+    large, accumulated = _row(8, 1, "bf16"), _row(2, 4, "bf16")
+    saved = 100 * (large["peak_memory_bytes"] - accumulated["peak_memory_bytes"]) / large["peak_memory_bytes"]
+    lost = 100 * (large["samples_per_s"] - accumulated["samples_per_s"]) / large["samples_per_s"]
+    assert bf16["memory saved (%)"] == pytest.approx(saved, abs=0.05)
+    assert bf16["throughput lost (%)"] == pytest.approx(lost, abs=0.05)
+
+
+def test_rerun_on_unchanged_rows_gives_identical_files(results_folder):
+    first = {p.name: p.read_bytes() for p in build_report(results_folder)}
+    second = {p.name: p.read_bytes() for p in build_report(results_folder)}
+    assert first == second
+
+
+def _labels(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_memory_chart_stacks_categories_per_precision_and_checkpointing(results_folder):
+    rows = load_rows(results_folder)
+    fig = memory_by_micro_batch(rows, context_of(rows))
+    assert [ax.get_title() for ax in fig.axes] == ["fp32, checkpointing off", "fp32, checkpointing full",
+                                                   "bf16, checkpointing off", "bf16, checkpointing full"]
+    ax = fig.axes[0]
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert [label for label in legend if label != "peak reserved"] == [
+        "parameters", "gradients", "optimizer state", "activations + temporaries"]
+    assert "peak reserved" in legend
+    bars = ax.containers[0]  # parameters, in GiB
+    assert [round(b.get_height(), 3) for b in bars] == [0.0, 1.0, 1.0, 1.0, 0.0]  # oom and error cells empty
+    assert {t.get_text() for t in ax.texts} >= {"oom", "error"}
+    plt.close(fig)
+
+
+def test_throughput_chart_has_a_line_per_precision_and_checkpointing(results_folder):
+    rows = load_rows(results_folder)
+    fig = throughput_and_mfu(rows, context_of(rows))
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["fp32, ckpt off", "fp32, ckpt full", "bf16, ckpt off", "bf16, ckpt full", "large batch (16×1)"]
+    fp32_off = fig.axes[0].get_lines()[0]
+    assert list(fp32_off.get_xdata()) == [2, 4, 8]
+    assert list(fp32_off.get_ydata()) == [_row(m, 8 // m)["samples_per_s"] for m in (2, 4, 8)]
+    plt.close(fig)
+
+
+def test_sawtooth_shows_both_ends_event_by_event(results_folder):
+    rows = load_rows(results_folder)
+    fig = memory_sawtooth(rows, context_of(rows))
+    labels = _labels(fig.axes[0])
+    assert labels[0].startswith("16×1: oom")  # the large-batch end ran out of memory: said so
+    assert labels[1] == "1×8: error"
+    plt.close(fig)
+
+
+def test_optimizer_and_tradeoff_charts(results_folder):
+    rows = load_rows(results_folder)
+    fig = optimizers_side_by_side(rows, context_of(rows))
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["adamw", "adamw8bit", "sgd"]
+    plt.close(fig)
+    fig = memory_throughput_tradeoff(rows, context_of(rows))
+    assert "frontier" in _labels(fig.axes[0])
+    assert any("oom" in t.get_text() for t in fig.axes[0].texts)
+    plt.close(fig)
+
+
+def test_pareto_frontier_keeps_only_unbeaten_cells():
+    points = pd.DataFrame({"peak_gib": [1, 2, 2, 3, 4], "samples_per_s": [5, 4, 8, 8, 9]})
+    assert pareto_frontier(points).index.tolist() == [0, 2, 4]
+
+
+def test_single_row_folder_is_reported(tmp_path):
+    folder = tmp_path / "one" / "cpu-x"
+    RunsFile(folder / "runs.csv").write(_row(8, 1))
+    assert (folder / "REPORT.md") in build_report(folder)
+    assert "Only one micro-batch split" in (folder / "REPORT.md").read_text()
+
+
+def test_rows_file_with_missing_columns_gets_a_clear_error(tmp_path, capsys):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    pd.DataFrame({"cell_id": ["a"], "status": ["ok"]}).to_csv(folder / "runs.csv", index=False)
+    with pytest.raises(RowsError, match="missing columns experiment, profile"):
+        load_rows(folder)
+    assert main(["report", str(folder)]) == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and "runs.csv" in error
