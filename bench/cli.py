@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -21,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, ResultsFileError, DeviceUnavailable) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `bench list ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -39,6 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     from bench.display import console, grid_progress, summary_table  # rich only for `run`
     from bench.runner import RunOptions, results_dir, run_grid
 
+    # SIGTERM unwinds like Ctrl-C, so the runner's cleanup kills the cell it is waiting for.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     device = detect_device(args.device)
     grids = _load_all(args.files, device)  # every file validated before anything is written
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
@@ -103,6 +109,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                          help="auto: CUDA if present, else the CPU profile")
     return parser
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _positive(text: str) -> float:

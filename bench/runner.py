@@ -8,6 +8,7 @@ fresh process costs a fork rather than a multi-second import.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -67,7 +68,8 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
     for index, cell in enumerate(todo):
         if on_start:
             on_start(cell, index, len(todo))
-        task = CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib)
+        task = CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib,
+                        runner_pid=os.getpid())
         started = datetime.now(timezone.utc)
         began = time.monotonic()
         outcome = run_isolated(task, timeout_s, context)

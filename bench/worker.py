@@ -7,7 +7,10 @@ torch and timm), then talks to it only through a pipe: what comes back is a plai
 from __future__ import annotations
 
 import json
+import os
 import resource
+import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -39,10 +42,14 @@ class CellTask:
     flops: FlopsPerSample | None
     memory_limit_gib: float | None = None
     """Cap on the memory the cell may add: the device's on CUDA, address space on CPU."""
+    runner_pid: int | None = None
+    """The runner's process: the cell ends itself if the runner dies (killed grid, no orphans)."""
 
 
 def child_main(task: CellTask, connection: Connection) -> None:
     """Process entry point: send back the cell's outcome, whatever happens."""
+    if task.runner_pid:
+        _exit_with(task.runner_pid)
     try:
         _apply_memory_limit(task)
         outcome = {"status": "ok", **measure_cell(task)}
@@ -115,6 +122,18 @@ def _throughput_columns(task: CellTask, step_times_ms: list[float]) -> dict:
         "mfu_pct": utilization_pct(flops.model, rate, task.peak.flops_per_s) if flops else None,
         "hfu_pct": utilization_pct(flops.hardware, rate, task.peak.flops_per_s) if flops else None,
     }
+
+
+def _exit_with(runner_pid: int, poll_s: float = 1.0) -> None:
+    """End this process soon after the runner is gone, even if the runner was SIGKILLed."""
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            try:
+                os.kill(runner_pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+    threading.Thread(target=watch, name="exit-with-runner", daemon=True).start()
 
 
 def _apply_memory_limit(task: CellTask) -> None:
