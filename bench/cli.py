@@ -120,7 +120,3 @@ def _positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
-
-
-if __name__ == "__main__":
-    sys.exit(main())

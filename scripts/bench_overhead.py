@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
+
+import pandas as pd
 
 from bench.cell import Cell
 from bench.device import detect_device
@@ -64,9 +67,11 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, help="default: 64 on CUDA, 16 on CPU")
     parser.add_argument("--accum-steps", type=int, default=4)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--out", type=Path, help="also write the figures to this CSV")
     args = parser.parse_args()
 
-    device = detect_device()
+    device = detect_device(args.device)
     gpu = device.type == "cuda"
     cell = Cell(experiment="overhead", profile="cuda" if gpu else "cpu", model=args.model,
                 image_size=args.image_size or (224 if gpu else 32),
@@ -96,6 +101,11 @@ def main() -> None:
     print(f"{cell.cell_id} on {device.name} ({device.type}, fp32, median of {args.rounds} rounds)")
     print(f"runner {runner:.2f} samples/s, hand-written {hand:.2f} samples/s, "
           f"ratio {runner / hand:.4f} (target >= 0.97)")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([{"cell_id": cell.cell_id, "device_name": device.name, "device_type": device.type,
+                       "rounds": args.rounds, "runner_samples_per_s": runner,
+                       "hand_written_samples_per_s": hand, "ratio": runner / hand}]).to_csv(args.out, index=False)
 
 
 if __name__ == "__main__":

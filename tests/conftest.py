@@ -27,7 +27,7 @@ def write_grid(tmp_path):
 def run_bench(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
     """`bench ARGS` in a fresh interpreter, as from the command line."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True,
                           text=True, env=env, timeout=600, **kwargs)
 
 

@@ -73,7 +73,7 @@ def test_a_cell_past_its_time_limit_is_killed_and_recorded(write_grid, tmp_path)
 
 def test_a_grid_killed_mid_run_resumes_with_no_row_lost_or_doubled(tmp_path):
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "bench.cli", "run", "experiments/smoke.toml", "--results", str(results)]
+    command = [sys.executable, "-m", "bench", "run", "experiments/smoke.toml", "--results", str(results)]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     deadline = time.monotonic() + 300

@@ -1,0 +1,68 @@
+"""Measured ceilings of this device: dense matmul FLOP/s per precision and copy bandwidth.
+
+MFU in the rows is against the datasheet; these say what the card (or CPU) really does, so
+MFU can be read against both. Writes a CSV (one line per quantity) and prints it.
+
+    python scripts/device_peaks.py --out results/gpu_check/<device-tag>/device_peaks.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from bench.device import detect_device
+from bench.hardware import find_gpu
+from bench.measure.peak import measure_matmul_peak
+from bench.step import configure_precision
+
+
+def copy_bandwidth(device: torch.device, nbytes: int, repeats: int = 10) -> float:
+    """Best bytes/s of a device-to-device copy, counting the read and the write."""
+    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    best = float("inf")
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        began = time.perf_counter()
+        target.copy_(source)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - began)
+    return 2 * nbytes / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    info = detect_device(args.device)
+    device = torch.device(info.type)
+    gpu = find_gpu(info.name) if info.type == "cuda" else None
+    size = 8192 if info.type == "cuda" else 512
+    lines = []
+    for precision in ("bf16", "fp32"):
+        configure_precision(precision)  # fp32: TF32 off, as in the cells
+        flops, side = measure_matmul_peak(precision, device, size=size, min_time_s=1.0)
+        lines.append({"quantity": f"matmul_{precision}_tflops", "measured": round(flops / 1e12, 3),
+                      "datasheet": (gpu.peak_flops_per_s(precision) or 0) / 1e12 if gpu else None,
+                      "method": f"best torch.matmul {side}x{side} {precision}, >= 1 s of samples"})
+    nbytes = 2**30 if info.type == "cuda" else 2**28
+    lines.append({"quantity": "copy_gb_per_s", "measured": round(copy_bandwidth(device, nbytes) / 1e9, 1),
+                  "datasheet": None,
+                  "method": f"best of 10 copies of {nbytes // 2**20} MiB, read + write bytes / time"})
+    table = pd.DataFrame(lines).assign(device_name=info.name, device_type=info.type)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out, index=False)
+    print(table.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

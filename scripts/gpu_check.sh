@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU validation run: real GPU numbers in results/, measured by the harness itself.
+#
+#   bash scripts/gpu_check.sh [--dry] [RESULTS_ROOT]     (default RESULTS_ROOT: results)
+#
+# On one CUDA GPU (sized for < 8 minutes on an H200): ResNet-50 224 px at effective batch 256
+# (experiments/gpu_check/resnet50.toml), ViT-B/16 and ViT-L/16 in bf16
+# (experiments/gpu_check/vit.toml), the runner against a hand-written loop on one cell, and
+# the measured matmul peak and copy bandwidth; then each results folder's report.
+# --dry runs the same code path on the CPU with tiny models (the grids' CPU profiles).
+#
+# Needs torch, timm, pandas, matplotlib, rich and pydantic; bitsandbytes is optional (its
+# cells are then `skipped`). Wheels in .whl/ (git-ignored) are installed first if present,
+# for machines without network. PYTHON picks the interpreter (default: .venv's, else python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dry=0
+if [[ ${1:-} == --dry ]]; then dry=1; shift; fi
+root=${1:-results}
+python=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
+device=auto
+overhead=(--rounds 2 --steps 5)
+if ((dry)); then
+    device=cpu
+    overhead=(--rounds 1 --steps 2 --model test_resnet --image-size 32 --micro-batch 4 --accum-steps 2)
+fi
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/bench-site .whl/*.whl
+    export PYTHONPATH=/tmp/bench-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # bench itself, installed or not
+
+tag=$("$python" -c "from bench.device import detect_device; print(detect_device('$device').tag)")
+extras="$root/gpu_check/$tag"
+echo "GPU check on $tag -> $root (dry=$dry)"
+"$python" -m bench run experiments/gpu_check/resnet50.toml experiments/gpu_check/vit.toml \
+    --results "$root" --device "$device"
+"$python" scripts/bench_overhead.py --device "$device" --out "$extras/overhead.csv" "${overhead[@]}"
+"$python" scripts/device_peaks.py --device "$device" --out "$extras/device_peaks.csv"
+"$python" -m bench report "$root/gpu_check_resnet50/$tag" "$root/gpu_check_vit/$tag"
+echo "done: $root/gpu_check_resnet50/$tag, $root/gpu_check_vit/$tag, $extras"

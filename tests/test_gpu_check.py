@@ -1,0 +1,31 @@
+"""The GPU validation script, run in its dry mode: the same code path on CPU with tiny models."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+
+from conftest import REPO, read_rows
+
+
+def test_gpu_check_dry_run_writes_rows_reports_and_device_figures(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable}
+    ran = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry", str(tmp_path)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    (resnet,) = (tmp_path / "gpu_check_resnet50").iterdir()
+    rows = read_rows(resnet / "runs.csv")
+    assert len(rows) == 14 and {r["status"] for r in rows} == {"ok"}
+    assert {r["optimizer"] for r in rows} == {"adamw", "adamw8bit"}
+    assert (resnet / "REPORT.md").exists() and (resnet / "memory_by_micro_batch.png").exists()
+    (vit,) = (tmp_path / "gpu_check_vit").iterdir()
+    assert len(read_rows(vit / "runs.csv")) == 4
+    extras = tmp_path / "gpu_check" / resnet.name
+    peaks = pd.read_csv(extras / "device_peaks.csv").set_index("quantity")
+    assert set(peaks.index) == {"matmul_bf16_tflops", "matmul_fp32_tflops", "copy_gb_per_s"}
+    assert (peaks.measured > 0).all()
+    overhead = pd.read_csv(extras / "overhead.csv")
+    assert overhead.ratio.iloc[0] > 0 and overhead.runner_samples_per_s.iloc[0] > 0
