@@ -37,3 +37,11 @@ charts: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# Dollars per run for every results folder -> <folder>/cost/ (folders without ok rows are skipped).
+# CPU-profile rows are priced only as labelled projections: make cost COST_FLAGS=--allow-cpu-projection
+.PHONY: cost
+cost: install
+	@folders="$(dir $(wildcard results/*/*/runs.csv))"; \
+	if [ -z "$$folders" ]; then echo "cost: no results/*/*/runs.csv to price"; \
+	else $(BIN)/bench cost $$folders $(COST_FLAGS); fi

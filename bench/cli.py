@@ -1,4 +1,4 @@
-"""Command line: `bench list`, `bench run`, `bench report`. Parse, build, run; nothing else here."""
+"""Command line: `bench list`, `run`, `report`, `cost`, `plan`. Parse, build, run; nothing else here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import signal
 import sys
 from pathlib import Path
 
+from bench.catalog import CatalogError, Instance, load_catalog
+from bench.cost import Assumptions, Workload, price_rows
 from bench.device import DeviceInfo, DeviceUnavailable, detect_device
+from bench.plan import PlanError, PlanRequest, make_plan
 from bench.results import ResultsFileError
 from bench.spec import Grid, SpecError, load_grid, require_precisions
 
@@ -19,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (SpecError, ResultsFileError, DeviceUnavailable) as exc:
+    except (SpecError, ResultsFileError, DeviceUnavailable, CatalogError, PlanError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -83,6 +86,59 @@ def _load_all(files: list[Path], device: DeviceInfo) -> list[Grid]:
     return grids
 
 
+def _cost(args: argparse.Namespace) -> int:
+    from bench.cost_report import load_ok_rows, summary, write_outputs  # late: matplotlib only here
+
+    described, instances = _catalog(args)
+    for folder in args.folders:
+        rows = load_ok_rows(folder)
+        if not rows:
+            print(f"{folder}: no ok rows, skipped")
+            continue
+        table = price_rows(rows, instances, _workload(args), _assumptions(args))
+        print(f"{folder}: {len(rows)} ok rows x {len(instances)} instances")
+        print(summary(table, described))
+        if table.lines:
+            written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described)
+            print(f"  wrote {', '.join(str(path) for path in written)}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from bench.cost_report import load_ok_rows, plan_text
+
+    described, instances = _catalog(args)
+    rows = [row for folder in args.folders for row in load_ok_rows(folder)]
+    request = PlanRequest(model=args.model, effective_batch=args.effective_batch, workload=_workload(args),
+                          image_size=args.image_size, budget_usd=args.budget_usd,
+                          deadline_hours=args.deadline_hours, spot=args.spot)
+    plan = make_plan(rows, instances, request, _assumptions(args))
+    print(plan_text(plan, described, args.top))
+    return 0 if plan.options else 1
+
+
+def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
+    """(what was loaded, in words; the instances selected)."""
+    catalog = load_catalog(args.catalog)
+    providers = tuple(args.provider)
+    unknown = [name for name in providers if name not in catalog.providers]
+    if unknown:
+        raise CatalogError(f"--provider {unknown[0]}: not in {catalog.path}; known: {', '.join(catalog.providers)}")
+    which = "current and superseded prices" if args.include_superseded else "current prices"
+    only = f", {', '.join(providers)} only" if providers else ""
+    return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,
+                                                            providers=providers)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    return Workload(dataset_size=args.dataset_size, epochs=args.epochs)
+
+
+def _assumptions(args: argparse.Namespace) -> Assumptions:
+    return Assumptions(scaling_efficiency=args.scaling_efficiency, headroom=args.headroom,
+                       allow_cpu_projection=args.allow_cpu_projection)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
@@ -108,6 +164,33 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("files", nargs="+", type=Path, metavar="FILE", help="grid file (TOML)")
         sub.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                          help="auto: CUDA if present, else the CPU profile")
+
+    cost = commands.add_parser("cost", help="dollars per run of every measured row on every catalog instance")
+    cost.set_defaults(handler=_cost)
+    plan = commands.add_parser("plan", help="rank instance x configuration by dollars per run for a target batch")
+    plan.set_defaults(handler=_plan)
+    plan.add_argument("--model", required=True, help="timm model name, as in the rows")
+    plan.add_argument("--effective-batch", type=_positive_int, required=True, help="samples per optimizer step, all GPUs")
+    plan.add_argument("--image-size", type=_positive_int, help="only rows at this image size")
+    plan.add_argument("--budget-usd", type=_positive, help="leave out options costing more per run")
+    plan.add_argument("--deadline-hours", type=_positive, help="leave out options taking longer per run")
+    plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")
+    plan.add_argument("--top", type=_positive_int, default=10, help="options to print (default 10)")
+    for sub in (cost, plan):
+        sub.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR",
+                         help="results/<experiment>/<device-tag> folder with a runs.csv")
+        sub.add_argument("--dataset-size", type=_positive_int, default=1_281_167,
+                         help="samples per epoch (default: ImageNet-1k train, 1,281,167)")
+        sub.add_argument("--epochs", type=_positive, default=90.0, help="epochs per run (default 90)")
+        sub.add_argument("--scaling-efficiency", type=_fraction, default=0.9,
+                         help="multi-GPU speed-up as a fraction of the GPU count (default 0.9)")
+        sub.add_argument("--headroom", type=_non_negative, default=0.10,
+                         help="memory kept free above the measured peak, fraction of it (default 0.10)")
+        sub.add_argument("--provider", action="append", default=[], help="only this provider's instances (repeatable)")
+        sub.add_argument("--catalog", type=Path, help="instance catalog CSV (default: bench/data/instances.csv)")
+        sub.add_argument("--include-superseded", action="store_true", help="also price superseded catalog rows")
+        sub.add_argument("--allow-cpu-projection", action="store_true",
+                         help="project CPU-profile rows to GPUs (labelled; never GPU measurements)")
     return parser
 
 
@@ -119,4 +202,25 @@ def _positive(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value

@@ -3,6 +3,10 @@
 The data lives in `bench/data/gpus.csv`, one row per GPU with its source and the date it
 was recorded. Each row's `name_pattern` must match the whole normalised name, so no
 row's order matters (a substring chain would let "H20" hit "H200").
+
+`memory_gib` is the nominal capacity (the "40GB" of the product name, read as GiB; what
+torch can allocate is a little less). Memory bandwidth is decimal GB/s (1e9 bytes/s), as
+datasheets print it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ class GpuSpec:
     """Dense peak TFLOP/s by datasheet column (fp32_tflops, tf32_tflops, ...); None if absent."""
     source: str
     observed: str
+    memory_bandwidth_gb_per_s: float | None = None
+    """Datasheet memory bandwidth, decimal GB/s; its source is `memory_bandwidth_source`."""
+    memory_bandwidth_source: str = ""
 
     def peak_flops_per_s(self, precision: str) -> float | None:
         tflops = self.peak_tflops[PEAK_COLUMN[precision]]
@@ -50,6 +57,20 @@ def find_gpu(device_name: str) -> GpuSpec | None:
     return matches[0] if matches else None
 
 
+def gpu_spec(gpu: str) -> GpuSpec | None:
+    """The catalog row whose key (the `gpu` column) is `gpu`, or None.
+
+    >>> gpu_spec("H200").memory_gib
+    141.0
+    """
+    return next((spec for _, spec in _catalog() if spec.gpu == gpu), None)
+
+
+def gpu_keys() -> tuple[str, ...]:
+    """Every GPU the catalog knows, by key: `('A100-40GB', 'A100-80GB', ...)`."""
+    return tuple(spec.gpu for _, spec in _catalog())
+
+
 @lru_cache(maxsize=None)
 def _catalog() -> tuple[tuple[re.Pattern, GpuSpec], ...]:
     text = resources.files("bench.data").joinpath("gpus.csv").read_text()
@@ -57,6 +78,8 @@ def _catalog() -> tuple[tuple[re.Pattern, GpuSpec], ...]:
     for row in csv.DictReader(text.splitlines()):
         peaks = {col: float(row[col]) if row[col] else None
                  for col in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops")}
-        spec = GpuSpec(row["gpu"], float(row["memory_gib"]), peaks, row["source"], row["observed"])
+        bandwidth = float(row["memory_bandwidth_gb_per_s"]) if row["memory_bandwidth_gb_per_s"] else None
+        spec = GpuSpec(row["gpu"], float(row["memory_gib"]), peaks, row["source"], row["observed"],
+                       bandwidth, row["memory_bandwidth_source"])
         rows.append((re.compile(row["name_pattern"]), spec))
     return tuple(rows)
