@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--accum-steps", type=int, default=4)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    parser.add_argument("--out", type=Path, help="also write the figures to this CSV")
+    parser.add_argument("--out", type=Path, help="CSV for the figures (default: results/overhead/<device-tag>/overhead.csv)")
     args = parser.parse_args()
 
     device = detect_device(args.device)
@@ -101,11 +101,12 @@ def main() -> None:
     print(f"{cell.cell_id} on {device.name} ({device.type}, fp32, median of {args.rounds} rounds)")
     print(f"runner {runner:.2f} samples/s, hand-written {hand:.2f} samples/s, "
           f"ratio {runner / hand:.4f} (target >= 0.97)")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([{"cell_id": cell.cell_id, "device_name": device.name, "device_type": device.type,
-                       "rounds": args.rounds, "runner_samples_per_s": runner,
-                       "hand_written_samples_per_s": hand, "ratio": runner / hand}]).to_csv(args.out, index=False)
+    out = args.out or Path("results/overhead") / device.tag / "overhead.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"cell_id": cell.cell_id, "device_name": device.name, "device_type": device.type,
+                   "rounds": args.rounds, "runner_samples_per_s": runner,
+                   "hand_written_samples_per_s": hand, "ratio": runner / hand}]).to_csv(out, index=False)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
