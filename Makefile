@@ -30,5 +30,10 @@ bench-smoke: install
 bench-overhead: install
 	$(BIN)/python scripts/bench_overhead.py
 
+# One step as one batch and as K micro-batches, every variant -> results/equivalence/<device>/.
+.PHONY: equivalence
+equivalence: install
+	$(BIN)/python scripts/equivalence_study.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache

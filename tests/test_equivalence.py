@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from bench.cli import main
 from bench.equivalence import (EquivalenceError, Settings, compare, prepare, relative_l2, split_sizes)
+from conftest import REPO, read_rows
 
 FP32_TOLERANCE = 1e-5
 
@@ -124,3 +128,24 @@ def test_cli_bad_input_is_one_line_naming_the_option(capsys, args, option, allow
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1, error
     assert f": {option}: " in error and allowed in error, error
+
+
+def test_study_script_writes_table_chart_and_csv(tmp_path):
+    result = _run_study("--models", "test_resnet,test_vit", "--accum", "1,2", "--effective-batch", "8",
+                              "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows = read_rows(tmp_path / "equivalence.csv")
+    measured = {(row["model"], row["variant"], row["accum_steps"]): row for row in rows if row["status"] == "ok"}
+    assert measured[("test_resnet", "correct", "2")]["equivalent"] == "False"
+    assert measured[("test_resnet", "frozen_bn", "2")]["equivalent"] == "True"
+    assert measured[("test_vit", "sum_then_divide", "2")]["equivalent"] == "True"
+    skipped = [row for row in rows if row["status"] == "skipped"]
+    assert {row["variant"] for row in skipped} == {"frozen_bn", "groupnorm"}  # test_vit has no BatchNorm
+    assert (tmp_path / "equivalence.png").stat().st_size > 0
+    assert "| test_resnet | correct |" in (tmp_path / "equivalence.md").read_text()
+
+
+def _run_study(*args: str) -> subprocess.CompletedProcess:
+    # PYTHONPATH: this checkout's `bench`, whichever checkout the environment was installed from.
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "equivalence_study.py"), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
