@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench-resnet bench-vit bench-smoke bench-overhead charts clean
+.PHONY: install test bench-resnet bench-vit bench-smoke bench-overhead charts equivalence cost clean
 
 install: $(STAMP)
 
@@ -35,13 +35,16 @@ RESULT_FOLDERS = $(sort $(dir $(wildcard results/*/*/runs.csv)))
 charts: install
 	$(if $(RESULT_FOLDERS),$(BIN)/bench report $(RESULT_FOLDERS),@echo "no results/*/*/runs.csv to report on yet")
 
-clean:
-	rm -rf $(VENV) .pytest_cache
+# One step as one batch and as K micro-batches, every variant -> results/equivalence/<device>/.
+equivalence: install
+	$(BIN)/python scripts/equivalence_study.py
 
 # Dollars per run for every results folder -> <folder>/cost/ (folders without ok rows are skipped).
 # CPU-profile rows are priced only as labelled projections: make cost COST_FLAGS=--allow-cpu-projection
-.PHONY: cost
 cost: install
 	@folders="$(dir $(wildcard results/*/*/runs.csv))"; \
 	if [ -z "$$folders" ]; then echo "cost: no results/*/*/runs.csv to price"; \
 	else $(BIN)/bench cost $$folders $(COST_FLAGS); fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache

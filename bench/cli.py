@@ -1,4 +1,4 @@
-"""Command line: `bench list`, `run`, `report`, `cost`, `plan`. Parse, build, run; nothing else here."""
+"""Command line: `bench list`, `run`, `report`, `cost`, `plan`, `equivalence`. Parse, build, run; nothing else here."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import get_args
 
 from bench.catalog import CatalogError, Instance, load_catalog
+from bench.cell import OptimizerName
 from bench.cost import Assumptions, Workload, price_rows
 from bench.device import DeviceInfo, DeviceUnavailable, detect_device
+from bench.equivalence import VARIANTS, DType
 from bench.plan import PlanError, PlanRequest, make_plan
 from bench.results import ResultsFileError
 from bench.spec import Grid, SpecError, load_grid, require_precisions
@@ -75,6 +78,26 @@ def _report(args: argparse.Namespace) -> int:
     except RowsError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    return 0
+
+
+def _equivalence(args: argparse.Namespace) -> int:
+    from bench.display import comparison_table, console
+    from bench.equivalence import EquivalenceError, Settings, compare, prepare
+
+    device = detect_device(args.device)
+    try:
+        settings = Settings(model=args.model, effective_batch=args.effective_batch, image_size=args.image_size,
+                            dtype=args.dtype, device=device.type, seed=args.seed, optimizer=args.optimizer)
+        comparison = compare(prepare(settings, args.variant), args.accum_steps)
+    except EquivalenceError as exc:
+        flag = {"model": "MODEL", "accum_steps": "--accum"}.get(exc.setting, "--" + exc.setting.replace("_", "-"))
+        print(f"bench equivalence: {flag}: {exc.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    console.print(comparison_table(comparison))
+    verdict = "equivalent" if comparison.equivalent else "NOT equivalent"
+    console.print(f"[bold]{verdict}[/] (rule: relative L2 of the gradients and of the BatchNorm statistics "
+                  f"<= {comparison.tolerance:g} in {settings.dtype}): {comparison.reason}")
     return 0
 
 
@@ -191,6 +214,22 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--include-superseded", action="store_true", help="also price superseded catalog rows")
         sub.add_argument("--allow-cpu-projection", action="store_true",
                          help="project CPU-profile rows to GPUs (labelled; never GPU measurements)")
+
+    equivalence = commands.add_parser("equivalence", help="one step: K accumulated micro-batches against one large batch")
+    equivalence.set_defaults(handler=_equivalence)
+    equivalence.add_argument("model", metavar="MODEL", help="timm model name, random init")
+    equivalence.add_argument("--effective-batch", type=int, required=True, help="samples in the step (N)")
+    equivalence.add_argument("--accum", dest="accum_steps", type=int, required=True,
+                             help="micro-batches accumulated (K); must divide N")
+    equivalence.add_argument("--variant", choices=tuple(VARIANTS), default="correct",
+                             help="; ".join(f"{name}: {setup.summary}" for name, setup in VARIANTS.items()))
+    equivalence.add_argument("--image-size", type=int, default=32, help="square image side in pixels (default: 32)")
+    equivalence.add_argument("--dtype", choices=get_args(DType), default="fp32", help="weights and inputs (default: fp32)")
+    equivalence.add_argument("--optimizer", choices=get_args(OptimizerName), default="sgd",
+                             help="the step that turns gradients into weights (default: sgd)")
+    equivalence.add_argument("--seed", type=int, default=0, help="seeds the weights and the batch (default: 0)")
+    equivalence.add_argument("--device", choices=("auto", "cuda", "cpu"), default="cpu",
+                             help="cpu (default), cuda, or auto: CUDA if present")
     return parser
 
 

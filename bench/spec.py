@@ -278,11 +278,25 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
 
 
 def _check_models(names: list[str], path: Path) -> None:
-    import timm  # imported late: it is slow and only needed once the file is well-formed
-
     for index, name in enumerate(names):
-        if timm.is_model(name):
-            continue
-        close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
-        hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
-        raise SpecError(f"{path}: grid.model[{index}]: {name!r} is not a timm model; {hint}")
+        problem = timm_model_problem(name)
+        if problem:
+            raise SpecError(f"{path}: grid.model[{index}]: {problem}")
+
+
+def timm_model_problem(name: str) -> str | None:
+    """None when timm knows `name`; otherwise what is wrong, with the closest names.
+
+    Example:
+        >>> timm_model_problem("resnet50") is None
+        True
+        >>> timm_model_problem("resnet-50")
+        "'resnet-50' is not a timm model; did you mean resnet50, resnet50t, resnet50s?"
+    """
+    import timm  # imported late: it is slow and only needed once the input is well-formed
+
+    if timm.is_model(name):
+        return None
+    close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
+    return f"{name!r} is not a timm model; {hint}"

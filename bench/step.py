@@ -7,7 +7,7 @@ logging or I/O in here: callers observe it through `on_phase`.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,15 @@ PhaseHook = Callable[[str, int], None]
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+LossNormalization = Literal["accum_steps", "samples", "none"]
+"""How a micro-batch's loss becomes its share of the step's loss.
+
+`accum_steps`: its mean divided by K, the mean over the effective batch when the micro-batches
+are equal (a mean of means when they are not). `samples`: its sum divided by the samples in the
+whole step, the mean over the effective batch for any split. `none`: its mean, undivided: the
+forgotten division (gradients K times too large), there to show that bug.
+"""
 
 
 def configure_precision(precision: str) -> None:
@@ -39,14 +48,20 @@ def grad_scaler_for(precision: str, device_type: str) -> torch.amp.GradScaler | 
 
 def accumulate_gradients(model: torch.nn.Module, micro_batches: Sequence[Batch], precision: str,
                          scaler: torch.amp.GradScaler | None = None,
-                         on_phase: PhaseHook | None = None) -> torch.Tensor:
-    """Forward and backward each micro-batch with its loss divided by K; returns the summed loss."""
+                         on_phase: PhaseHook | None = None, *,
+                         normalization: LossNormalization = "accum_steps") -> torch.Tensor:
+    """Forward and backward each micro-batch with its loss divided by K; returns the summed loss.
+
+    `normalization` changes how each loss is scaled (see `LossNormalization`); the default is
+    the division by K above.
+    """
     accum_steps = len(micro_batches)
-    total = torch.zeros((), device=micro_batches[0][0].device)
+    step_samples = sum(len(labels) for _, labels in micro_batches)
+    # In the inputs' dtype: an fp64 comparison keeps an fp64 loss.
+    total = torch.zeros((), device=micro_batches[0][0].device, dtype=micro_batches[0][0].dtype)
     for index, (images, labels) in enumerate(micro_batches):
         with autocast_for(precision, images.device.type):
-            # Divide by K so the summed gradients are the mean over the effective batch.
-            loss = F.cross_entropy(model(images), labels) / accum_steps
+            loss = _micro_batch_loss(model(images), labels, normalization, accum_steps, step_samples)
         if on_phase:
             on_phase("forward", index)
         (scaler.scale(loss) if scaler else loss).backward()
@@ -54,6 +69,16 @@ def accumulate_gradients(model: torch.nn.Module, micro_batches: Sequence[Batch],
         if on_phase:
             on_phase("backward", index)
     return total
+
+
+def _micro_batch_loss(logits: torch.Tensor, labels: torch.Tensor, normalization: LossNormalization,
+                      accum_steps: int, step_samples: int) -> torch.Tensor:
+    if normalization == "samples":
+        # Each sample weighs 1/N, whatever the size of its micro-batch.
+        return F.cross_entropy(logits, labels, reduction="sum") / step_samples
+    loss = F.cross_entropy(logits, labels)
+    # Divide by K so the summed gradients are the mean over the effective batch.
+    return loss / accum_steps if normalization == "accum_steps" else loss
 
 
 def apply_update(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None,
