@@ -129,6 +129,15 @@ def test_sawtooth_shows_both_ends_event_by_event(results_folder):
     assert labels[0].startswith("16×1: oom")  # the large-batch end ran out of memory: said so
     assert labels[1] == "1×8: error"
     plt.close(fig)
+    measured = rows[rows.status == "ok"]
+    fig = memory_sawtooth(measured, context_of(measured))
+    large, accumulated = fig.axes[0].get_lines()[:2]
+    # The large batch's update lines up with the accumulated step's: both end at opt, zero.
+    assert list(large.get_xdata()) == [0, 1, 8, 9]
+    assert list(accumulated.get_xdata()) == list(range(10))
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][-2:] == ["opt", "zero"]
+    assert list(accumulated.get_ydata()) == [p[2] / GIB for p in json.loads(_row(2, 4)["phase_memory"])]
+    plt.close(fig)
 
 
 def test_optimizer_and_tradeoff_charts(results_folder):

@@ -132,27 +132,32 @@ def memory_sawtooth(rows: pd.DataFrame, context: ReportContext) -> Figure:
     fig, (ax,) = _figure(f"{context.experiment}: memory inside one optimizer step ({precision}, {optimizer})",
                          context, 1, width=9)
     ends = subset.sort_values("micro_batch", ascending=False)
-    longest: list = []
-    for row, colour in zip([ends.iloc[0], ends.iloc[-1]] if len(ends) > 1 else [ends.iloc[0]],
-                           ("#1f77b4", "#d62728")):
+    ends = [ends.iloc[0], ends.iloc[-1]] if len(ends) > 1 else [ends.iloc[0]]
+    # Both series share one axis: micro-step events at their own index, the optimizer step
+    # and zero_grad at the end, so the large batch's update lines up with the accumulated one's.
+    slots = 2 * max(int(row.accum_steps) for row in ends) + 2
+    ticks = [f"{kind}{i + 1}" for i in range(slots // 2 - 1) for kind in "fb"] + ["opt", "zero"]
+    for row, colour in zip(ends, ("#1f77b4", "#d62728")):
         label = pair_label(row.micro_batch, row.accum_steps)
         if row.status != "ok" or not isinstance(row.phase_memory, str):
             ax.plot([], [], **FAILED_MARK, label=f"{label}: {row.status}")
             continue
         phases = json.loads(row.phase_memory)
-        longest = max(longest, phases, key=len)
-        ax.step(range(len(phases)), [p[2] / GIB for p in phases], where="post", marker="o", color=colour,
-                label=f"{label} ({len(phases)} events)")
-    short = {"forward": "f", "backward": "b", "optimizer": "opt", "zero_grad": "zero"}
-    ax.set_xticks(range(len(longest)),
-                  [f"{short[p]}{s + 1}" if p in ("forward", "backward") else short[p] for p, s, _ in longest],
-                  fontsize=7 if len(longest) <= 20 else 5)
+        ax.step([_event_slot(phase, step, slots) for phase, step, _ in phases], [p[2] / GIB for p in phases],
+                where="post", marker="o", color=colour, label=f"{label} ({len(phases)} events)")
+    ax.set_xticks(range(slots), ticks, fontsize=7 if slots <= 20 else 5)
     ax.set_xlabel("after: f = forward, b = backward of micro-step n; opt = optimizer step; zero = zero_grad")
     ax.set_ylabel("GiB allocated")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _event_slot(phase: str, micro_step: int, slots: int) -> int:
+    """x position of a traced event: f/b of micro-step i at 2i/2i+1; optimizer, zero_grad last."""
+    return {"forward": 2 * micro_step, "backward": 2 * micro_step + 1,
+            "optimizer": slots - 2, "zero_grad": slots - 1}[phase]
 
 
 def optimizers_side_by_side(rows: pd.DataFrame, context: ReportContext) -> Figure:
