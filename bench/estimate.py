@@ -55,7 +55,8 @@ CUDA_MODEL = (
     "rounded up to 2 MiB segments (a lower bound)"
 )
 CUDA_UNMODELLED = (
-    "not modelled: CUDA autocast and kernel choices (the trace runs CPU autocast and CPU "
+    "not modelled: adamw8bit (bitsandbytes reads values back to the host, which fake tensors cannot: "
+    "its cells are error rows), CUDA autocast and kernel choices (the trace runs CPU autocast and CPU "
     "kernels: attention and convolution save what the CPU kernels save), cuDNN workspaces, "
     "unsplit cached blocks (up to 1 MiB each), allocator fragmentation, the CUDA context"
 )
@@ -135,7 +136,7 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         optimizer = build_optimizer(cell.optimizer, model.parameters())
         if target == "cuda":
             _multi_tensor_updates(optimizer)
-        scaler = grad_scaler_for(cell.precision, "cpu")
+        scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
         batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
                                 device="cpu", seed=cell.seed)
         micro_batches = [batch] * cell.accum_steps
@@ -153,6 +154,17 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         inputs_bytes=sum(_allocated(t.untyped_storage().nbytes(), cuda) for t in batch),
         workspace_bytes=WORKSPACE_ALLOWANCE_BYTES if cuda else 0,
     )
+
+
+class _StepAlwaysScaler(torch.amp.GradScaler):
+    """fp16's GradScaler, taking every step as a healthy run does.
+
+    Its overflow check reads a value back to the host (`.item()`), which a fake tensor does
+    not have; the check's tensors and the in-place unscale still run, so memory is the same.
+    """
+
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+        return optimizer.step(*args, **kwargs)
 
 
 def _multi_tensor_updates(optimizer: torch.optim.Optimizer) -> None:
