@@ -30,6 +30,7 @@ def write_estimate_chart(folder: Path) -> Path:
     rows = pd.read_csv(Path(folder) / "runs.csv")
     estimated = rows[rows.status == "estimated"]
     profile = "cuda" if (estimated.profile == "cuda").any() else "cpu"
+    failed = rows[(rows.status != "estimated") & (rows.profile == profile)]
     estimated = estimated[estimated.profile == profile]
     # The CUDA prediction of reserved memory is what a GPU must hold; CPU estimates have tracked tensors.
     column = "peak_reserved_bytes" if profile == "cuda" else "peak_memory_bytes"
@@ -51,6 +52,11 @@ def write_estimate_chart(folder: Path) -> Path:
     experiment = estimated.experiment.iloc[0] if len(estimated) else ""
     ax.set_title(f"{experiment}: estimated peak memory (profile {profile}, no device run)\n"
                  "dotted lines: GPU memory sizes (the fits_gpus column adds the cost planner's headroom)", fontsize=10)
+    if len(failed):  # never silently missing
+        reasons = "; ".join(f"{optimizer}: {error}" for optimizer, error in
+                            sorted(set(zip(failed.optimizer, failed.error_type))))
+        ax.text(0.01, 0.99, f"not estimated: {len(failed)} cells ({reasons})", transform=ax.transAxes,
+                va="top", fontsize=8, bbox=dict(boxstyle="round", facecolor="white", alpha=0.85))
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=labels.__getitem__)
     ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=6, ncol=2,
