@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench-resnet bench-vit bench-smoke bench-overhead charts equivalence cost clean
+.PHONY: install test bench-resnet bench-vit bench-smoke bench-overhead charts equivalence cost estimate estimate-speed clean
 
 install: $(STAMP)
 
@@ -30,8 +30,9 @@ bench-smoke: install
 bench-overhead: install
 	$(BIN)/python scripts/bench_overhead.py
 
-# Every results folder's charts and REPORT.md, regenerated from its rows.
-RESULT_FOLDERS = $(sort $(dir $(wildcard results/*/*/runs.csv)))
+# Every results folder's charts and REPORT.md, regenerated from its rows (estimates are not measurements).
+MEASURED_RUNS = $(filter-out results/%/estimate/runs.csv,$(wildcard results/*/*/runs.csv))
+RESULT_FOLDERS = $(sort $(dir $(MEASURED_RUNS)))
 charts: install
 	$(if $(RESULT_FOLDERS),$(BIN)/bench report $(RESULT_FOLDERS),@echo "no results/*/*/runs.csv to report on yet")
 
@@ -42,9 +43,18 @@ equivalence: install
 # Dollars per run for every results folder -> <folder>/cost/ (folders without ok rows are skipped).
 # CPU-profile rows are priced only as labelled projections: make cost COST_FLAGS=--allow-cpu-projection
 cost: install
-	@folders="$(dir $(wildcard results/*/*/runs.csv))"; \
+	@folders="$(dir $(MEASURED_RUNS))"; \
 	if [ -z "$$folders" ]; then echo "cost: no results/*/*/runs.csv to price"; \
 	else $(BIN)/bench cost $$folders $(COST_FLAGS); fi
+
+# Predicted peak memory of every cell of the shipped grids on a GPU, without one
+# -> results/<experiment>/estimate/{runs.csv,memory_estimate.png}.
+estimate: install
+	$(BIN)/bench estimate experiments/resnet50.toml experiments/vit_b16.toml experiments/vit_l16.toml
+
+# Seconds per estimated cell: ViT-L/16 at micro-batch 32 (target <= 10 s on 2 cores).
+estimate-speed: install
+	$(BIN)/python scripts/estimate_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,4 +1,4 @@
-"""Command line: `bench list`, `run`, `report`, `cost`, `plan`, `equivalence`. Parse, build, run; nothing else here."""
+"""Command line: `bench list`, `run`, `report`, `cost`, `plan`, `equivalence`, `estimate`, `probe`. Parse, build, run; nothing else here."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import get_args
 
 from bench.catalog import CatalogError, Instance, load_catalog
-from bench.cell import OptimizerName
+from bench.cell import Checkpointing, OptimizerName, Precision
 from bench.cost import Assumptions, Workload, price_rows
 from bench.device import DeviceInfo, DeviceUnavailable, detect_device
 from bench.equivalence import VARIANTS, DType
 from bench.plan import PlanError, PlanRequest, make_plan
 from bench.results import ResultsFileError
-from bench.spec import Grid, SpecError, load_grid, require_precisions
+from bench.spec import Grid, SpecError, load_grid, require_precisions, timm_model_problem
 
 EXIT_BAD_INPUT = 2
 
@@ -99,6 +99,42 @@ def _equivalence(args: argparse.Namespace) -> int:
     console.print(f"[bold]{verdict}[/] (rule: relative L2 of the gradients and of the BatchNorm statistics "
                   f"<= {comparison.tolerance:g} in {settings.dtype}): {comparison.reason}")
     return 0
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from bench.estimate_grid import describe_estimate, estimate_grid  # late: fake tensors only here
+    from bench.report.estimate_chart import write_estimate_chart
+
+    grids = [load_grid(path, args.profile) for path in args.files]  # every file validated first
+    for grid in grids:
+        print(f"{grid.name}: {len(grid.cells)} cells, profile {grid.profile}, estimated without a device")
+        path = estimate_grid(grid, args.results,
+                             on_row=lambda row, index, total: print(f"  [{index + 1}/{total}] {describe_estimate(row)}"))
+        print(f"  wrote {path} and {write_estimate_chart(path.parent)}")
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from bench.probe import (
+        ProbeConfig, ProbeError, describe_probe, probe_budget, probe_from_estimate, probe_on_device,
+    )
+
+    problem = timm_model_problem(args.model)
+    if problem:
+        raise SpecError(f"MODEL: {problem}")
+    config = ProbeConfig(model=args.model, image_size=args.image_size, precision=args.precision,
+                         checkpointing=args.checkpointing, optimizer=args.optimizer,
+                         channels_last=args.channels_last, accum_steps=args.accum_steps)
+    budget = probe_budget(gpu=args.gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
+                          device=args.device)
+    try:
+        result = (probe_from_estimate(config, budget) if budget.device is None
+                  else probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s))
+    except ProbeError as exc:
+        print(f"bench probe: {exc}", file=sys.stderr)
+        return 1
+    print(describe_probe(config, budget, result))
+    return 0 if (result.found or result.predicted).largest > 0 else 1
 
 
 def _load_all(files: list[Path], device: DeviceInfo) -> list[Grid]:
@@ -214,6 +250,31 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--include-superseded", action="store_true", help="also price superseded catalog rows")
         sub.add_argument("--allow-cpu-projection", action="store_true",
                          help="project CPU-profile rows to GPUs (labelled; never GPU measurements)")
+
+    estimate = commands.add_parser("estimate", help="predicted peak memory of every cell, without running it")
+    estimate.set_defaults(handler=_estimate)
+    estimate.add_argument("files", nargs="+", type=Path, metavar="FILE", help="grid file (TOML)")
+    estimate.add_argument("--profile", choices=("cuda", "cpu"), default="cuda",
+                          help="cuda: the grid as written, predicted for a GPU (default); cpu: its CPU profile")
+    estimate.add_argument("--results", type=Path, default=Path("results"),
+                          help="results root; rows go to <root>/<experiment>/estimate/ (default: results)")
+
+    probe = commands.add_parser("probe", help="the largest micro-batch that fits: estimated, then found by real runs")
+    probe.set_defaults(handler=_probe)
+    probe.add_argument("model", metavar="MODEL", help="timm model name, random init")
+    probe.add_argument("--image-size", type=_positive_int, default=224, help="square image side in pixels (default 224)")
+    probe.add_argument("--precision", choices=get_args(Precision), default="fp32", help="(default fp32)")
+    probe.add_argument("--checkpointing", choices=get_args(Checkpointing), default="off", help="(default off)")
+    probe.add_argument("--optimizer", choices=get_args(OptimizerName), default="adamw", help="(default adamw)")
+    probe.add_argument("--channels-last", action="store_true", help="model and inputs in channels-last format")
+    probe.add_argument("--accum-steps", type=_positive_int, default=1, help="micro-batches per optimizer step (default 1)")
+    answer = probe.add_mutually_exclusive_group()
+    answer.add_argument("--memory-gib", type=_positive, help="answer from the estimator alone for a GPU with this much memory")
+    answer.add_argument("--gpu", help="answer from the estimator alone for this catalog GPU (e.g. A100-40GB)")
+    answer.add_argument("--memory-limit-gib", type=_positive,
+                        help="cap each trial's memory (GPU memory on CUDA; address-space growth on CPU, required there)")
+    probe.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="device for real trials")
+    probe.add_argument("--timeout-s", type=_positive, default=600.0, help="per-trial time limit (default 600)")
 
     equivalence = commands.add_parser("equivalence", help="one step: K accumulated micro-batches against one large batch")
     equivalence.set_defaults(handler=_equivalence)

@@ -37,9 +37,10 @@ COLUMNS: dict[str, str] = {
     "cuda_version": "torch.version.cuda, empty on a CPU-only build", "python_version": "",
     "git_commit": "commit of the harness that measured the row", "git_dirty": "uncommitted changes present",
     "started_utc": "cell start, ISO 8601 UTC", "duration_s": "wall time of the cell's process",
-    "status": "ok | oom | error | timeout | skipped",
+    "status": "ok | oom | error | timeout | skipped; estimated in estimate files (bench estimate)",
     "error_type": "exception type (oom, error) or reason class", "error_message": "first line of the message",
-    "memory_source": "cuda_allocator (max_memory_allocated) | tracked_tensors (MemTracker, CPU)",
+    "memory_source": "cuda_allocator (max_memory_allocated) | tracked_tensors (MemTracker, CPU); "
+                     "estimate_cuda_allocator | estimate_tracked_tensors in estimate files",
     "peak_memory_bytes": "peak_allocated_bytes on CUDA, peak_tracked_bytes on CPU",
     "peak_allocated_bytes": "CUDA max_memory_allocated over the measured steps",
     "peak_reserved_bytes": "CUDA max_memory_reserved over the measured steps",
@@ -68,10 +69,11 @@ class ResultsFileError(Exception):
 
 
 class RunsFile:
-    """`results/<experiment>/<device-tag>/runs.csv`."""
+    """`results/<experiment>/<device-tag>/runs.csv`; `columns` is the schema (default: the runner's)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, columns: dict[str, str] = COLUMNS) -> None:
         self.path = Path(path)
+        self.columns = list(columns)
 
     def rows(self) -> list[dict[str, str]]:
         if not self.path.exists():
@@ -79,7 +81,7 @@ class RunsFile:
         self._drop_torn_last_line()
         with self.path.open(newline="") as handle:
             reader = csv.DictReader(handle)
-            if reader.fieldnames != list(COLUMNS):
+            if reader.fieldnames != self.columns:
                 raise ResultsFileError(
                     f"{self.path}: its columns differ from this version's; move it aside to start afresh"
                 )
@@ -90,7 +92,7 @@ class RunsFile:
 
     def write(self, row: dict) -> None:
         """Append `row`, or replace the earlier row of the same cell."""
-        unknown = set(row) - set(COLUMNS)
+        unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
         existing = self.rows()
@@ -100,7 +102,7 @@ class RunsFile:
         elif not self.path.exists():
             self._rewrite([row])
         else:
-            self._append(_csv_text([row]))
+            self._append(_csv_text([row], self.columns))
 
     def _append(self, text: str) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -114,7 +116,7 @@ class RunsFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".csv.tmp")
         with temporary.open("w", newline="") as handle:
-            handle.write(_csv_text(rows, header=True))
+            handle.write(_csv_text(rows, self.columns, header=True))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.path)
@@ -127,13 +129,13 @@ class RunsFile:
                 handle.truncate(data.rfind(b"\n") + 1)
 
 
-def _csv_text(rows: list[dict], header: bool = False) -> str:
+def _csv_text(rows: list[dict], columns: list[str], header: bool = False) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(COLUMNS), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     if header:
         writer.writeheader()
     for row in rows:
-        writer.writerow({key: _cell_text(row.get(key)) for key in COLUMNS})
+        writer.writerow({key: _cell_text(row.get(key)) for key in columns})
     return buffer.getvalue()
 
 

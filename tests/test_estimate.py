@@ -1,0 +1,100 @@
+"""The memory estimator: equal to the CPU runner's tracked measurement, and the CUDA share on top."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.cell import Cell
+from bench.device import DeviceInfo
+from bench.estimate import (
+    CUDA_BLOCK_BYTES, CUDA_SEGMENT_BYTES, WORKSPACE_ALLOWANCE_BYTES, FakeModels, estimate_cell,
+)
+from bench.estimate_grid import ESTIMATE_COLUMNS
+from bench.measure.peak import PeakFlops
+from bench.worker import CellTask, measure_cell
+from conftest import read_rows, run_bench
+
+CPU = DeviceInfo("cpu", "test cpu", ("fp32", "bf16", "fp16"), 2)
+
+
+def _cell(model: str, precision: str, checkpointing: str, optimizer: str, accum_steps: int,
+          micro_batch: int = 4) -> Cell:
+    return Cell(experiment="t", profile="cpu", model=model, image_size=32, micro_batch=micro_batch,
+                accum_steps=accum_steps, precision=precision, checkpointing=checkpointing, optimizer=optimizer,
+                channels_last=False, warmup_steps=1, measured_steps=1)
+
+
+@pytest.mark.parametrize("model, precision, checkpointing, optimizer, accum_steps", [
+    ("test_vit", "bf16", "full", "adamw", 4),
+    ("test_vit", "fp32", "off", "sgd", 1),
+    ("test_resnet", "fp32", "off", "adamw", 4),
+    ("test_resnet", "bf16", "full", "sgd", 1),
+])
+def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, checkpointing, optimizer,
+                                                             accum_steps):
+    # Equal to 4 digits, mostly to the byte: a few real CPU kernels allocate a little more than
+    # their fake counterparts (seen: 256 bytes of 6 MB, bf16 ResNet with checkpointing).
+    cell = _cell(model, precision, checkpointing, optimizer, accum_steps)
+    measured = measure_cell(CellTask(cell, CPU, PeakFlops(None, "not measured"), None))
+    estimate = estimate_cell(cell, "cpu")
+    assert estimate.tracked_peak_bytes == pytest.approx(measured["peak_tracked_bytes"], rel=1e-4, abs=0)
+    assert estimate.peak_bytes == estimate.tracked_peak_bytes and estimate.peak_allocated_bytes is None
+    for name in ("params", "buffers", "optimizer_state"):
+        assert estimate.traced.tracked_peak_bytes[name] == measured[f"tracked_{name}_bytes"], name
+    assert estimate.params_bytes == measured["params_bytes"]
+    assert estimate.traced.grads_bytes == measured["grads_bytes"]
+    assert estimate.traced.optimizer_state_bytes == measured["optimizer_state_bytes"]
+
+
+def test_cached_fake_models_start_every_cell_fresh():
+    shared = FakeModels()
+    estimate_cell(_cell("test_vit", "fp32", "off", "adamw", 2), "cpu", shared)  # leaves state behind, if any
+    sgd = _cell("test_vit", "fp32", "off", "sgd", 2)
+    assert estimate_cell(sgd, "cpu", shared).traced == estimate_cell(sgd, "cpu").traced
+
+
+def test_cuda_estimate_adds_block_rounding_inputs_and_workspace():
+    cell = _cell("test_vit", "bf16", "off", "adamw", 2)
+    cpu, cuda = estimate_cell(cell, "cpu"), estimate_cell(cell, "cuda")
+    assert cpu.peak_allocated_bytes is None and cpu.peak_reserved_bytes is None
+    # Every tracked storage is a whole number of 512-byte blocks, so the tracked peak grows.
+    assert cuda.tracked_peak_bytes % CUDA_BLOCK_BYTES == 0
+    assert cuda.tracked_peak_bytes > cpu.tracked_peak_bytes
+    images_bytes = 4 * 3 * 32 * 32 * 4
+    assert cuda.inputs_bytes == images_bytes + CUDA_BLOCK_BYTES  # int64 labels: 32 bytes, one block
+    assert cuda.peak_allocated_bytes == cuda.tracked_peak_bytes + cuda.inputs_bytes + WORKSPACE_ALLOWANCE_BYTES
+    assert cuda.peak_reserved_bytes % CUDA_SEGMENT_BYTES == 0
+    assert 0 <= cuda.peak_reserved_bytes - cuda.peak_allocated_bytes < CUDA_SEGMENT_BYTES
+
+
+def test_peak_grows_with_the_micro_batch_and_falls_with_checkpointing():
+    peaks = [estimate_cell(_cell("test_vit", "fp32", "off", "sgd", 1, micro_batch=mb), "cuda").peak_bytes
+             for mb in (8, 16, 32)]
+    assert peaks[0] < peaks[1] < peaks[2]
+    full = estimate_cell(_cell("test_vit", "fp32", "full", "sgd", 1, micro_batch=32), "cuda").peak_bytes
+    assert full < peaks[2]
+
+
+def test_estimate_command_writes_rows_and_chart(tmp_path):
+    results = tmp_path / "results"
+    done = run_bench("estimate", "experiments/smoke.toml", "--results", str(results))
+    assert done.returncode == 0, done.stderr
+    folder = results / "smoke" / "estimate"
+    assert (folder / "runs.csv").read_text().splitlines()[0] == ",".join(ESTIMATE_COLUMNS)
+    rows = read_rows(folder / "runs.csv")
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"estimated"}
+    assert {r["profile"] for r in rows} == {"cuda"} and {r["device_type"] for r in rows} == {"cuda"}
+    assert all("H200" in r["fits_gpus"].split(";") and "not modelled" in r["estimate_method"] for r in rows)
+    assert (folder / "memory_estimate.png").stat().st_size > 0
+
+    cpu = run_bench("estimate", "experiments/smoke.toml", "--results", str(results), "--profile", "cpu")
+    assert cpu.returncode == 0, cpu.stderr
+    rows = read_rows(folder / "runs.csv")
+    assert sorted(r["profile"] for r in rows) == ["cpu"] * 4 + ["cuda"] * 4  # the CUDA rows are kept
+    assert all(r["fits_gpus"] == "" and r["peak_allocated_bytes"] == "" for r in rows if r["profile"] == "cpu")
+
+
+def test_estimate_of_a_missing_grid_is_one_line_and_exit_2(tmp_path):
+    result = run_bench("estimate", str(tmp_path / "nowhere.toml"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"bench: {tmp_path / 'nowhere.toml'}: no such grid file"
