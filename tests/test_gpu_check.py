@@ -16,16 +16,21 @@ def test_gpu_check_dry_run_writes_rows_reports_and_device_figures(tmp_path):
     ran = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry", str(tmp_path)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
-    (resnet,) = (tmp_path / "gpu_check_resnet50").iterdir()
+    (resnet,) = [d for d in (tmp_path / "gpu_check_resnet50").iterdir() if d.name != "estimate"]
     rows = read_rows(resnet / "runs.csv")
     assert len(rows) == 14 and {r["status"] for r in rows} == {"ok"}
     assert {r["optimizer"] for r in rows} == {"adamw", "adamw8bit"}
     assert (resnet / "REPORT.md").exists() and (resnet / "memory_by_micro_batch.png").exists()
-    (vit,) = (tmp_path / "gpu_check_vit").iterdir()
+    vit = tmp_path / "gpu_check_vit" / resnet.name
     assert len(read_rows(vit / "runs.csv")) == 4
     extras = tmp_path / "gpu_check" / resnet.name
     peaks = pd.read_csv(extras / "device_peaks.csv").set_index("quantity")
     assert set(peaks.index) == {"matmul_bf16_tflops", "matmul_fp32_tflops", "copy_gb_per_s"}
     assert (peaks.measured > 0).all()
+    # The estimator beside each measured cell: on CPU both are tracked-tensor bytes, so equal.
+    for part, cells in (("resnet50", 14), ("vit", 4)):
+        beside = pd.read_csv(extras / f"estimate_vs_measured_{part}.csv")
+        assert len(beside) == cells - (2 if part == "resnet50" else 0)  # adamw8bit cannot be estimated
+        assert beside.peak_ratio.between(0.99, 1.01).all(), beside.peak_ratio
     overhead = pd.read_csv(extras / "overhead.csv")
     assert overhead.ratio.iloc[0] > 0 and overhead.runner_samples_per_s.iloc[0] > 0
