@@ -8,7 +8,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pandas as pd
+
 from bench.cost import Assumptions, CostLine, CostTable, MeasuredRow, Workload
+from bench.markdown import markdown_table
 from bench.plan import Plan
 from bench.results import ResultsFileError, RunsFile
 from bench.units import GIB
@@ -126,26 +129,34 @@ def cheapest_per_strategy(table: CostTable) -> list[CostLine]:
 
 def markdown(table: CostTable, title: str, catalog_name: str) -> str:
     out = [f"# Dollars per run: {title}", ""] + [f"- {text}" for text in header_lines(table, catalog_name)]
-    out += ["", "## Cheapest instance per strategy (on-demand)", "",
-            "| strategy | instance | basis | hours_per_run | usd_per_run | spot_usd_per_run |", "|---|---|---|---|---|---|"]
-    out += [f"| {ln.row.strategy} | {ln.instance.label} | {ln.basis} | {ln.cost.hours_per_run:,.2f} | "
-            f"{ln.cost.usd_per_run:,.2f} | {_money(ln.cost.spot_usd_per_run)} |" for ln in cheapest_per_strategy(table)]
-    out += ["", "## Every priced line", "",
-            "| strategy | instance | basis | samples_per_s_per_gpu | hours_per_run | usd_per_hour | usd_per_run | "
-            "spot_usd_per_run | required/gpu memory GiB | price observed | how |", "|---" * 11 + "|"]
-    for ln in sorted(table.priced, key=lambda ln: (ln.row.strategy, ln.cost.usd_per_run)):
-        cost = ln.cost
-        out.append(f"| {ln.row.strategy} | {ln.instance.label} | {ln.basis} | {ln.samples_per_s_per_gpu:,.1f} | "
-                   f"{cost.hours_per_run:,.2f} | {ln.instance.usd_per_hour:g} | {cost.usd_per_run:,.2f} | "
-                   f"{_money(cost.spot_usd_per_run)} | {ln.memory.required_bytes / GIB:.2f} / "
-                   f"{ln.memory.capacity_bytes / GIB:g} | {ln.instance.observed} | {ln.note} |")
-    unpriced = [ln for ln in table.lines if ln.status != "priced"]
+    cheapest = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "basis": ln.basis,
+                 "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_run": f"{ln.cost.usd_per_run:,.2f}",
+                 "spot_usd_per_run": _money(ln.cost.spot_usd_per_run)} for ln in cheapest_per_strategy(table)]
+    out += ["", "## Cheapest instance per strategy (on-demand)", "", _table(cheapest, _CHEAPEST_COLUMNS)]
+    priced = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "basis": ln.basis,
+               "samples_per_s_per_gpu": f"{ln.samples_per_s_per_gpu:,.1f}",
+               "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_hour": f"{ln.instance.usd_per_hour:g}",
+               "usd_per_run": f"{ln.cost.usd_per_run:,.2f}", "spot_usd_per_run": _money(ln.cost.spot_usd_per_run),
+               "required/gpu memory GiB": f"{ln.memory.required_bytes / GIB:.2f} / {ln.memory.capacity_bytes / GIB:g}",
+               "price observed": ln.instance.observed, "how": ln.note}
+              for ln in sorted(table.priced, key=lambda ln: (ln.row.strategy, ln.cost.usd_per_run))]
+    out += ["", "## Every priced line", "", _table(priced, _PRICED_COLUMNS)]
+    unpriced = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "status": ln.status, "why": ln.note}
+                for ln in table.lines if ln.status != "priced"]
     if unpriced:
-        out += ["", "## Not priced", "", "| strategy | instance | status | why |", "|---|---|---|---|"]
-        out += [f"| {ln.row.strategy} | {ln.instance.label} | {ln.status} | {ln.note} |" for ln in unpriced]
+        out += ["", "## Not priced", "", _table(unpriced, ("strategy", "instance", "status", "why"))]
     if table.refused:
         out += ["", "## Rows not priced at all", ""] + [f"- {refusal.row.cell_id}: {refusal.reason}" for refusal in table.refused]
     return "\n".join(out) + "\n"
+
+
+_CHEAPEST_COLUMNS = ("strategy", "instance", "basis", "hours_per_run", "usd_per_run", "spot_usd_per_run")
+_PRICED_COLUMNS = ("strategy", "instance", "basis", "samples_per_s_per_gpu", "hours_per_run", "usd_per_hour",
+                   "usd_per_run", "spot_usd_per_run", "required/gpu memory GiB", "price observed", "how")
+
+
+def _table(lines: list[dict], columns: tuple[str, ...]) -> str:
+    return markdown_table(pd.DataFrame(lines, columns=list(columns)))
 
 
 def summary(table: CostTable, catalog_name: str) -> str:

@@ -10,7 +10,8 @@ import pandas as pd
 
 from bench.report.charts import CHARTS
 from bench.report.rows import ReportContext, context_of, load_rows
-from bench.report.tables import accumulation_cost, cell_table, markdown_table
+from bench.markdown import markdown_table
+from bench.report.tables import accumulation_cost, cell_table
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
 _PNG_METADATA = {"Software": None}

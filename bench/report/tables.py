@@ -8,21 +8,6 @@ from bench.report.rows import PRECISION_ORDER, ordered, pair_label, reference_op
 from bench.units import GIB
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub markdown table; empty cells for missing values.
-
-    >>> print(markdown_table(pd.DataFrame({"a": [1], "b": [None]})))
-    | a | b |
-    |---|---|
-    | 1 |  |
-    """
-    def text(value: object) -> str:
-        return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(text(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per cell, rounded, units in the headers."""
     def gib(column: str) -> pd.Series:
