@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Checkpointing = Literal["off", "full"]
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
 Profile = Literal["cuda", "cpu"]
+
+EXTRA_AXIS = {"extra_axis": True}
+"""Field metadata of an axis that appears in the cell id only when it differs from its default."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +55,9 @@ class Cell:
     seed: int = 0
     """Seed for weights and synthetic data."""
 
+    # Axes added after the first results were committed go below, each with a default and
+    # `metadata=EXTRA_AXIS`: at its default it stays out of the id, so old ids stay valid.
+
     @property
     def effective_batch(self) -> int:
         return self.micro_batch * self.accum_steps
@@ -63,9 +69,19 @@ class Cell:
             f"{self.model}-{self.image_size}px-{self.micro_batch}x{self.accum_steps}"
             f"-{self.precision}-ckpt_{self.checkpointing}-{self.optimizer}"
             f"{'-cl' if self.channels_last else ''}"
+            + "".join(f"-{name}_{value}" for name, value in self._non_default_extras().items())
         )
-        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        identity = {name: value for name, value in asdict(self).items()
+                    if name not in self._extra_names() or name in self._non_default_extras()}
+        digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         return f"{readable}-{digest[:8]}"
+
+    def _extra_names(self) -> set[str]:
+        return {f.name for f in fields(self) if f.metadata.get("extra_axis")}
+
+    def _non_default_extras(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.metadata.get("extra_axis") and getattr(self, f.name) != f.default}
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -192,16 +192,18 @@ def require_precisions(grid: Grid, supported: Iterable[str], device_name: str) -
             )
 
 
+# Axes of [grid] that map one-to-one onto Cell fields (pairs and exclude are handled apart).
+# A new axis: a list field in GridAxes, an optional field in Exclusion, a Cell field, a name here.
+CELL_AXES = ("model", "image_size", "precision", "checkpointing", "optimizer", "channels_last")
+
+
 def _expand(experiment: str, profile: Profile, axes: GridAxes, run: RunSettings) -> Iterable[Cell]:
-    product = itertools.product(
-        axes.model, axes.image_size, axes.pairs, axes.precision, axes.checkpointing,
-        axes.optimizer, axes.channels_last,
-    )
-    for model, image_size, (micro, accum), precision, ckpt, optimizer, channels_last in product:
+    # Pairs vary third, after model and image size, as the grid files read.
+    values = [getattr(axes, name) for name in CELL_AXES]
+    for model, size, (micro, accum), *rest in itertools.product(*values[:2], axes.pairs, *values[2:]):
         cell = Cell(
-            experiment=experiment, profile=profile, model=model, image_size=image_size,
-            micro_batch=micro, accum_steps=accum, precision=precision, checkpointing=ckpt,
-            optimizer=optimizer, channels_last=channels_last, warmup_steps=run.warmup_steps,
+            experiment=experiment, profile=profile, micro_batch=micro, accum_steps=accum,
+            **dict(zip(CELL_AXES, (model, size, *rest))), warmup_steps=run.warmup_steps,
             measured_steps=run.measured_steps, seed=run.seed,
         )
         if not any(rule.matches(cell) for rule in axes.exclude):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from bench.cell import EXTRA_AXIS, Cell
 from bench.cli import main
 from bench.spec import SpecError, load_grid, require_precisions
 from conftest import REPO, run_bench, tiny_grid
@@ -52,6 +55,19 @@ def test_cpu_profile_overrides_axes_and_steps_and_labels_cells(write_grid):
 def test_cell_ids_are_stable_across_loads(write_grid):
     path = write_grid(GOOD)
     assert [c.cell_id for c in load_grid(path, "cpu").cells] == [c.cell_id for c in load_grid(path, "cpu").cells]
+
+
+def test_an_axis_added_later_keeps_old_ids_at_its_default(write_grid):
+    """Results committed before an axis existed stay resumable: the id changes only off-default."""
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class WithNewAxis(Cell):
+        world_size: int = dataclasses.field(default=1, metadata=EXTRA_AXIS)
+
+    cell = load_grid(write_grid(GOOD), "cpu").cells[0]
+    at_default = WithNewAxis(**cell.to_dict())
+    off_default = WithNewAxis(**{**cell.to_dict(), "world_size": 2})
+    assert at_default.cell_id == cell.cell_id
+    assert off_default.cell_id != cell.cell_id and "-world_size_2-" in off_default.cell_id
 
 
 def test_exclude_drops_matching_cells(write_grid):
