@@ -21,7 +21,7 @@ COLUMNS: dict[str, str] = {
     "image_size": "square input side, pixels",
     "micro_batch": "samples per forward/backward",
     "accum_steps": "micro-batches per optimizer step (K)",
-    "effective_batch": "micro_batch x accum_steps",
+    "effective_batch": "micro_batch x accum_steps: samples per optimizer step on each process",
     "precision": "fp32 (TF32 off) | bf16 (autocast) | fp16 (autocast + GradScaler)",
     "checkpointing": "off | full (timm set_grad_checkpointing)",
     "optimizer": "adamw | adamw8bit (bitsandbytes) | sgd (momentum 0.9)",
@@ -29,10 +29,13 @@ COLUMNS: dict[str, str] = {
     "warmup_steps": "optimizer steps before measuring",
     "measured_steps": "timed optimizer steps",
     "seed": "seed for weights and synthetic data",
+    "world_size": "processes training together (DDP through torchrun, gloo on CPU, NCCL on CUDA); 1: no DDP",
+    "ddp_sync": "no_sync (all-reduce on the last micro-step only) | every_step (on every micro-step)",
+    "global_batch": "effective_batch x world_size: samples per optimizer step across all processes",
     "device_type": "cuda | cpu",
     "device_name": "torch.cuda.get_device_name() or the CPU model",
     "device_tag": "results folder name for the device",
-    "cpu_threads": "torch intra-op threads",
+    "cpu_threads": "torch intra-op threads (per process: the cores shared among the ranks on CPU)",
     "torch_version": "", "timm_version": "", "bitsandbytes_version": "empty if not installed",
     "cuda_version": "torch.version.cuda, empty on a CPU-only build", "python_version": "",
     "git_commit": "commit of the harness that measured the row", "git_dirty": "uncommitted changes present",
@@ -41,7 +44,9 @@ COLUMNS: dict[str, str] = {
     "error_type": "exception type (oom, error) or reason class", "error_message": "first line of the message",
     "memory_source": "cuda_allocator (max_memory_allocated) | tracked_tensors (MemTracker, CPU); "
                      "estimate_cuda_allocator | estimate_tracked_tensors in estimate files",
-    "peak_memory_bytes": "peak_allocated_bytes on CUDA, peak_tracked_bytes on CPU",
+    "peak_memory_bytes": "peak_allocated_bytes on CUDA, peak_tracked_bytes on CPU; the largest rank's under DDP",
+    "peak_memory_max_rank_bytes": "peak_memory_bytes of the rank that peaked highest (the cell's own for 1 process)",
+    "peak_memory_min_rank_bytes": "peak_memory_bytes of the rank that peaked lowest",
     "peak_allocated_bytes": "CUDA max_memory_allocated over the measured steps",
     "peak_reserved_bytes": "CUDA max_memory_reserved over the measured steps",
     "peak_tracked_bytes": "MemTracker peak over one traced step (tracked tensors only)",
@@ -53,9 +58,16 @@ COLUMNS: dict[str, str] = {
     "tracked_buffers_bytes": "", "tracked_grads_bytes": "", "tracked_optimizer_state_bytes": "",
     "tracked_activations_bytes": "", "tracked_temporaries_bytes": "",
     "phase_memory": "JSON [[phase, micro_step, bytes]]: after each forward/backward/optimizer/zero_grad",
-    "step_times_ms": "JSON list: every measured optimizer step, milliseconds",
+    "step_times_ms": "JSON list: every measured optimizer step, milliseconds (the slowest rank's under DDP)",
     "step_time_median_ms": "", "step_time_p10_ms": "", "step_time_p90_ms": "",
-    "samples_per_s": "effective_batch / median step time",
+    "samples_per_s": "effective_batch / median step time: one process's (under DDP, the slowest rank sets each step)",
+    "global_samples_per_s": "global_batch / median step time: all processes together",
+    "scaling_efficiency": "global_samples_per_s / (world_size x samples_per_s of the 1-process ok row of the same "
+                          "configuration in this runs file); empty for 1 process or when that row is missing",
+    "allreduce_calls_per_step": "gradient-bucket all-reduces per optimizer step (DDP comm hook), per rank",
+    "synced_backwards_per_step": "backward passes that all-reduced per optimizer step: 1 with no_sync, K without",
+    "allreduce_ms_per_step": "all-reduce launch-to-completion time per optimizer step, summed over buckets; "
+                             "the slowest rank's (CUDA events on GPU, wall time on CPU)",
     "model_flops_per_sample": "forward + backward FLOPs without recompute (flop_counter)",
     "hardware_flops_per_sample": "forward + backward FLOPs with checkpoint recompute",
     "peak_flops_per_s": "device dense peak for the precision",
@@ -82,8 +94,10 @@ class RunsFile:
         with self.path.open(newline="") as handle:
             reader = csv.DictReader(handle)
             if reader.fieldnames != self.columns:
+                missing = [name for name in self.columns if name not in (reader.fieldnames or [])]
+                which = f" (it lacks {', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''})" if missing else ""
                 raise ResultsFileError(
-                    f"{self.path}: its columns differ from this version's; move it aside to start afresh"
+                    f"{self.path}: its columns differ from this version's{which}; move it aside to start afresh"
                 )
             return list(reader)
 
