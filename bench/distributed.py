@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def run_distributed(task: CellTask, timeout_s: float) -> dict:
                     "error_message": f"no result within {timeout_s:g} s; every rank was killed"}
         outcomes = {int(path.stem.removeprefix("rank")): json.loads(path.read_text())
                     for path in folder.glob("rank*.json")}
-        return aggregate(task, outcomes, returncode, _tail(log))
+        return aggregate(task, outcomes, returncode, log.read_text(errors="replace"))
 
 
 def _rank_environment(task: CellTask) -> dict[str, str]:
@@ -92,23 +93,16 @@ def _launch(command: list[str], log: Path, timeout_s: float, env: dict[str, str]
                 process.wait()
 
 
-def aggregate(task: CellTask, outcomes: dict[int, dict], returncode: int, log_tail: str = "") -> dict:
-    """One row's outcome from every rank's: the first failed rank's failure, or the combined figures.
+def aggregate(task: CellTask, outcomes: dict[int, dict], returncode: int, torchrun_log: str = "") -> dict:
+    """One row's outcome from every rank's: the failure that ended the cell, or the combined figures.
 
     Step times: per step, the slowest rank (the all-reduce makes the others wait for it).
     Memory: `peak_memory_bytes` is the largest rank's; both extremes are kept.
     """
-    world_size = task.cell.world_size
-    for rank in sorted(outcomes):
-        outcome = outcomes[rank]
-        if outcome["status"] != "ok":
-            return {**_failure(outcome), "error_message": f"rank {rank}: {outcome.get('error_message', '')}"}
-    missing = [rank for rank in range(world_size) if rank not in outcomes]
-    if missing or returncode != 0:
-        return {"status": "error", "error_type": "RankDied",
-                "error_message": f"rank(s) {', '.join(map(str, missing)) or 'none'} ended without a result; "
-                                 f"torchrun exited with code {returncode}: {log_tail}"}
-    ranks = [outcomes[rank] for rank in range(world_size)]
+    failure = _failure(task.cell.world_size, outcomes, returncode, torchrun_log)
+    if failure is not None:
+        return failure
+    ranks = [outcomes[rank] for rank in range(task.cell.world_size)]
     slowest_ms = [max(times) for times in zip(*(json.loads(r["step_times_ms"]) for r in ranks))]
     peaks = [r["peak_memory_bytes"] for r in ranks]
     row = {**ranks[0], **throughput_columns(task, slowest_ms)}
@@ -124,6 +118,35 @@ def aggregate(task: CellTask, outcomes: dict[int, dict], returncode: int, log_ta
     )
     row.pop("rank")
     return row
+
+
+def _failure(world_size: int, outcomes: dict[int, dict], returncode: int, torchrun_log: str) -> dict | None:
+    """The rank that failed first (torchrun's root cause) and how, or None when every rank is ok."""
+    failed = {rank: outcomes[rank] for rank in sorted(outcomes) if outcomes[rank]["status"] != "ok"}
+    missing = [rank for rank in range(world_size) if rank not in outcomes]
+    root = root_cause(torchrun_log)
+    if failed and (root is None or root[0] in failed):
+        rank = root[0] if root else next(iter(failed))
+        outcome = failed[rank]
+        return {"status": outcome["status"], "error_type": outcome.get("error_type"),
+                "error_message": f"rank {rank}: {outcome.get('error_message', '')}"}
+    if not (failed or missing or returncode):
+        return None
+    if root is not None:
+        died = f"rank {root[0]} exited with code {root[1]} without a result"
+    else:
+        died = (f"rank(s) {', '.join(map(str, missing)) or 'none'} ended without a result; torchrun exited "
+                f"with code {returncode}: {_tail(torchrun_log)}")
+    after = [f"rank {rank} then failed: {o.get('error_type')}: {o.get('error_message', '')[:160]}"
+             for rank, o in failed.items()]
+    return {"status": "error", "error_type": "RankDied", "error_message": "; ".join([died, *after])}
+
+
+def root_cause(torchrun_log: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the first failure torchrun observed, from its error summary."""
+    _, found, summary = torchrun_log.partition("Root Cause")
+    match = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", summary, re.DOTALL) if found else None
+    return (int(match[1]), int(match[2])) if match else None
 
 
 def single_process_columns(outcome: dict) -> dict:
@@ -149,16 +172,11 @@ def scaling_efficiency(global_samples_per_s: float, world_size: int, baseline_sa
     return global_samples_per_s / (world_size * baseline_samples_per_s)
 
 
-def _failure(outcome: dict) -> dict:
-    return {key: outcome.get(key) for key in ("status", "error_type", "error_message")}
-
-
 def _max_or_none(values) -> int | None:
     present = [value for value in values if value is not None]
     return max(present) if present else None
 
 
-def _tail(log: Path) -> str:
-    text = log.read_text(errors="replace") if log.exists() else ""
+def _tail(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return " | ".join(lines)[-_LOG_TAIL_CHARS:]
