@@ -96,3 +96,8 @@ class Cell:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def extra_axis_defaults() -> dict[str, object]:
+    """Each later-added axis and its default: what rows measured before it existed ran at."""
+    return {f.name: f.default for f in fields(Cell) if f.metadata.get("extra_axis")}

@@ -55,8 +55,7 @@ CUDA_MODEL = (
     "rounded up to 2 MiB segments (a lower bound)"
 )
 CUDA_UNMODELLED = (
-    "not modelled: adamw8bit (bitsandbytes reads values back to the host, which fake tensors cannot: "
-    "its cells are error rows), CUDA autocast and kernel choices (the trace runs CPU autocast and CPU "
+    "not modelled: CUDA autocast and kernel choices (the trace runs CPU autocast and CPU "
     "kernels: attention and convolution save what the CPU kernels save), cuDNN workspaces, "
     "unsplit cached blocks (up to 1 MiB each), allocator fragmentation, the CUDA context"
 )
@@ -132,8 +131,10 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
     models = models or FakeModels()
     configure_precision(cell.precision)
     model = models.get(cell)
+    # Built outside fake mode: bitsandbytes fills its quantisation maps through host reads
+    # (`.tolist()`), which fake tensors cannot answer. Its state is still created, fake, in the step.
+    optimizer = build_optimizer(cell.optimizer, model.parameters())
     with models.mode, _allocator_rounding(target == "cuda"):
-        optimizer = build_optimizer(cell.optimizer, model.parameters())
         if target == "cuda":
             _multi_tensor_updates(optimizer)
         scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None

@@ -3,6 +3,10 @@
 Rows are appended with a single write and fsync, so killing a grid loses nothing finished;
 a row that replaces an earlier one for the same cell (`--force`, `--retry-failed`) rewrites
 the file through a temporary file and an atomic rename.
+
+A file written by an earlier version, whose columns are a subset of today's, is read with
+the new columns filled in (axes added later at their default, since that is what ran; other
+columns empty: not measured then) and rewritten with today's header on the next write.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import csv
 import io
 import os
 from pathlib import Path
+
+from bench.cell import extra_axis_defaults
 
 # The header comes from this list, never from a row. Units are in the names.
 COLUMNS: dict[str, str] = {
@@ -93,13 +99,16 @@ class RunsFile:
         self._drop_torn_last_line()
         with self.path.open(newline="") as handle:
             reader = csv.DictReader(handle)
-            if reader.fieldnames != self.columns:
-                missing = [name for name in self.columns if name not in (reader.fieldnames or [])]
-                which = f" (it lacks {', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''})" if missing else ""
+            header = reader.fieldnames or []
+            unknown = [name for name in header if name not in self.columns]
+            if unknown:
                 raise ResultsFileError(
-                    f"{self.path}: its columns differ from this version's{which}; move it aside to start afresh"
+                    f"{self.path}: column {unknown[0]!r} is not in this version's schema; "
+                    "move the file aside to start afresh"
                 )
-            return list(reader)
+            filler = {name: _cell_text(extra_axis_defaults().get(name)) for name in self.columns
+                      if name not in header}
+            return [{**filler, **row} for row in reader]
 
     def cell_ids(self) -> set[str]:
         return {row["cell_id"] for row in self.rows()}
@@ -113,10 +122,14 @@ class RunsFile:
         if any(old["cell_id"] == row["cell_id"] for old in existing):
             kept = [old for old in existing if old["cell_id"] != row["cell_id"]]
             self._rewrite(kept + [row])
-        elif not self.path.exists():
-            self._rewrite([row])
+        elif not self.path.exists() or self._header() != self.columns:
+            self._rewrite(existing + [row])
         else:
             self._append(_csv_text([row], self.columns))
+
+    def _header(self) -> list[str]:
+        with self.path.open(newline="") as handle:
+            return next(csv.reader(handle), [])
 
     def _append(self, text: str) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

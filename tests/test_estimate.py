@@ -29,6 +29,7 @@ def _cell(model: str, precision: str, checkpointing: str, optimizer: str, accum_
     ("test_vit", "fp32", "off", "sgd", 1),
     ("test_resnet", "fp32", "off", "adamw", 4),
     ("test_resnet", "bf16", "full", "sgd", 1),
+    ("test_vit", "fp32", "off", "adamw8bit", 2),
 ])
 def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, checkpointing, optimizer,
                                                              accum_steps):

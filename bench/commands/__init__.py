@@ -1,0 +1,5 @@
+"""One module per group of `bench` subcommands; each exposes `register(subcommands)`."""
+
+from bench.commands import equivalence, grids, memory, money, report
+
+GROUPS = (grids, report, money, memory, equivalence)

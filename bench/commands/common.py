@@ -1,0 +1,40 @@
+"""Argument types and the exit code shared by every subcommand."""
+
+from __future__ import annotations
+
+import argparse
+
+EXIT_BAD_INPUT = 2
+
+
+def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default=default,
+                        help=help or "auto: CUDA if present, else the CPU profile")
+
+
+def positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value

@@ -1,0 +1,90 @@
+"""`bench list` and `bench run`: expand grid files, measure their cells."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+
+from bench.commands.common import add_device_option, positive, positive_int
+from bench.device import DeviceInfo, detect_device
+from bench.spec import Grid, load_grid, require_precisions
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    listing = commands.add_parser("list", help="print the expanded cells of grid files")
+    listing.set_defaults(handler=list_cells)
+
+    run = commands.add_parser("run", help="measure every cell of grid files, one process per cell")
+    run.set_defaults(handler=run_grids)
+    run.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
+    run.add_argument("--force", action="store_true", help="re-measure cells that already have rows")
+    run.add_argument("--retry-failed", action="store_true", help="re-measure cells whose row is error/timeout")
+    run.add_argument("--timeout-s", type=positive, help="per-cell time limit, overriding run.timeout_s")
+    run.add_argument("--memory-limit-gib", type=positive,
+                     help="cap each cell's memory (GPU memory on CUDA, address-space growth on CPU)")
+    run.add_argument("--nproc", type=positive_int,
+                     help="run every cell on N processes (DDP through torchrun), overriding grid.world_size")
+    run.add_argument("--executor", choices=("local", "slurm"), default="local",
+                     help="local: cells one after another here (default); slurm: one SLURM job per cell (submitit)")
+    run.add_argument("--slurm-partition", help="SLURM partition of the jobs (default: the cluster's)")
+    run.add_argument("--slurm-gpus-per-node", type=positive_int,
+                     help="GPUs per job (default: the cell's world size on CUDA)")
+    run.add_argument("--slurm-cpus-per-task", type=positive_int, help="CPU cores per job (default: the cluster's)")
+    run.add_argument("--slurm-time-min", type=positive_int,
+                     help="job time limit in minutes (default: the cell's time limit + 10)")
+    run.add_argument("--slurm-folder", type=Path,
+                     help="submitit's job folder, shared with the nodes (default: RESULTS/slurm_jobs)")
+
+    for sub in (listing, run):
+        sub.add_argument("files", nargs="+", type=Path, metavar="FILE", help="grid file (TOML)")
+        add_device_option(sub)
+
+
+def list_cells(args: argparse.Namespace) -> int:
+    device = detect_device(args.device)
+    for grid in load_for_device(args.files, device):
+        print(f"# {grid.name}: {len(grid.cells)} cells, profile {grid.profile} on {device.type} ({device.name})")
+        for cell in grid.cells:
+            print(cell.cell_id)
+    return 0
+
+
+def run_grids(args: argparse.Namespace) -> int:
+    from bench.display import console, grid_progress, summary_table  # rich only for `run`
+    from bench.executors import SlurmOptions, target_device
+    from bench.runner import RunOptions, results_dir, run_grid
+
+    # SIGTERM unwinds like Ctrl-C, so the runner's cleanup kills the cell it is waiting for.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    slurm = SlurmOptions(folder=args.slurm_folder or args.results / "slurm_jobs", partition=args.slurm_partition,
+                         gpus_per_node=args.slurm_gpus_per_node, cpus_per_task=args.slurm_cpus_per_task,
+                         time_min=args.slurm_time_min)
+    device = target_device(args.device, args.executor, slurm)  # a compute node's under SLURM
+    grids = load_for_device(args.files, device)  # every file validated before anything is written
+    options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
+                         timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,
+                         executor=args.executor, slurm=slurm)
+    for grid in grids:
+        folder = results_dir(grid, device, args.results)
+        console.print(f"[bold]{grid.name}[/]: {len(grid.cells)} cells, profile [bold]{grid.profile}[/] "
+                      f"on {device.type} ({device.name}, {device.threads} threads) -> {folder}/runs.csv")
+        if grid.profile_description:
+            console.print(f"  profile {grid.profile}: {grid.profile_description}")
+        with grid_progress(grid.name) as (on_start, on_row):
+            rows = run_grid(grid, device, options, on_row=on_row, on_start=on_start)
+        console.print(summary_table(f"{grid.name} on {device.name} (profile {grid.profile})", rows))
+    return 0
+
+
+def load_for_device(files: list[Path], device: DeviceInfo) -> list[Grid]:
+    """Every file loaded under the device's profile and checked against its precisions."""
+    profile = "cuda" if device.type == "cuda" else "cpu"
+    grids = [load_grid(path, profile) for path in files]
+    for grid in grids:
+        require_precisions(grid, device.precisions, device.name)
+    return grids
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

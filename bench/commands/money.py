@@ -1,0 +1,94 @@
+"""`bench cost` and `bench plan`: measured rows turned into dollars per training run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench.catalog import CatalogError, Instance, load_catalog
+from bench.commands.common import fraction, non_negative, positive, positive_int
+from bench.cost import Assumptions, Workload, price_rows
+from bench.plan import PlanRequest, make_plan
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cost = commands.add_parser("cost", help="dollars per run of every measured row on every catalog instance")
+    cost.set_defaults(handler=price_folders)
+    plan = commands.add_parser("plan", help="rank instance x configuration by dollars per run for a target batch")
+    plan.set_defaults(handler=plan_run)
+    plan.add_argument("--model", required=True, help="timm model name, as in the rows")
+    plan.add_argument("--effective-batch", type=positive_int, required=True, help="samples per optimizer step, all GPUs")
+    plan.add_argument("--image-size", type=positive_int, help="only rows at this image size")
+    plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
+    plan.add_argument("--deadline-hours", type=positive, help="leave out options taking longer per run")
+    plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")
+    plan.add_argument("--top", type=positive_int, default=10, help="options to print (default 10)")
+    for sub in (cost, plan):
+        sub.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR",
+                         help="results/<experiment>/<device-tag> folder with a runs.csv")
+        sub.add_argument("--dataset-size", type=positive_int, default=1_281_167,
+                         help="samples per epoch (default: ImageNet-1k train, 1,281,167)")
+        sub.add_argument("--epochs", type=positive, default=90.0, help="epochs per run (default 90)")
+        sub.add_argument("--scaling-efficiency", type=fraction, default=0.9,
+                         help="multi-GPU speed-up as a fraction of the GPU count where no DDP row measured it "
+                              "(default 0.9)")
+        sub.add_argument("--headroom", type=non_negative, default=0.10,
+                         help="memory kept free above the measured peak, fraction of it (default 0.10)")
+        sub.add_argument("--provider", action="append", default=[], help="only this provider's instances (repeatable)")
+        sub.add_argument("--catalog", type=Path, help="instance catalog CSV (default: bench/data/instances.csv)")
+        sub.add_argument("--include-superseded", action="store_true", help="also price superseded catalog rows")
+        sub.add_argument("--allow-cpu-projection", action="store_true",
+                         help="project CPU-profile rows to GPUs (labelled; never GPU measurements)")
+
+
+def price_folders(args: argparse.Namespace) -> int:
+    from bench.cost_report import load_ok_rows, summary, write_outputs  # late: matplotlib only here
+
+    described, instances = _catalog(args)
+    for folder in args.folders:
+        rows = load_ok_rows(folder)
+        if not rows:
+            print(f"{folder}: no ok rows, skipped")
+            continue
+        table = price_rows(rows, instances, _workload(args), _assumptions(args))
+        print(f"{folder}: {len(rows)} ok rows x {len(instances)} instances")
+        print(summary(table, described))
+        if table.lines:
+            written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described)
+            print(f"  wrote {', '.join(str(path) for path in written)}")
+    return 0
+
+
+def plan_run(args: argparse.Namespace) -> int:
+    from bench.cost_report import load_ok_rows, plan_text
+
+    described, instances = _catalog(args)
+    rows = [row for folder in args.folders for row in load_ok_rows(folder)]
+    request = PlanRequest(model=args.model, effective_batch=args.effective_batch, workload=_workload(args),
+                          image_size=args.image_size, budget_usd=args.budget_usd,
+                          deadline_hours=args.deadline_hours, spot=args.spot)
+    plan = make_plan(rows, instances, request, _assumptions(args))
+    print(plan_text(plan, described, args.top))
+    return 0 if plan.options else 1
+
+
+def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
+    """(what was loaded, in words; the instances selected)."""
+    catalog = load_catalog(args.catalog)
+    providers = tuple(args.provider)
+    unknown = [name for name in providers if name not in catalog.providers]
+    if unknown:
+        raise CatalogError(f"--provider {unknown[0]}: not in {catalog.path}; known: {', '.join(catalog.providers)}")
+    which = "current and superseded prices" if args.include_superseded else "current prices"
+    only = f", {', '.join(providers)} only" if providers else ""
+    return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,
+                                                            providers=providers)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    return Workload(dataset_size=args.dataset_size, epochs=args.epochs)
+
+
+def _assumptions(args: argparse.Namespace) -> Assumptions:
+    return Assumptions(scaling_efficiency=args.scaling_efficiency, headroom=args.headroom,
+                       allow_cpu_projection=args.allow_cpu_projection)

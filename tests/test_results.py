@@ -1,0 +1,32 @@
+"""The runs file: rows from an earlier schema stay readable, unknown schemas are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+import bench.results
+from bench.results import ResultsFileError, RunsFile
+from conftest import read_rows
+
+OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
+NEW = {**OLD, "world_size": "axis added later", "allreduce_ms": "measurement added later"}
+
+
+def test_an_older_file_reads_with_new_axes_at_their_default_and_is_upgraded_on_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.results, "extra_axis_defaults", lambda: {"world_size": 1})
+    path = tmp_path / "runs.csv"
+    RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
+
+    runs = RunsFile(path, NEW)
+    assert runs.rows() == [{"cell_id": "a", "status": "ok", "samples_per_s": "10.5",
+                            "world_size": "1", "allreduce_ms": ""}]
+    runs.write({"cell_id": "b", "status": "ok", "samples_per_s": 9.0, "world_size": 2, "allreduce_ms": 1.5})
+    assert path.read_text().splitlines()[0] == ",".join(NEW)
+    assert [(row["cell_id"], row["world_size"]) for row in read_rows(path)] == [("a", "1"), ("b", "2")]
+
+
+def test_a_file_with_a_column_this_version_does_not_know_is_refused(tmp_path):
+    path = tmp_path / "runs.csv"
+    RunsFile(path, NEW).write({"cell_id": "a", "status": "ok"})
+    with pytest.raises(ResultsFileError, match="'world_size' is not in this version's schema"):
+        RunsFile(path, OLD).rows()
