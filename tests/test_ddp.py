@@ -3,6 +3,7 @@ batch, a rank that dies, and the rows a data-parallel grid writes."""
 
 from __future__ import annotations
 
+import doctest
 import json
 import os
 import socket
@@ -13,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import bench.distributed
 from bench.cell import Cell
 from bench.ddp_worker import FAIL_EXIT_CODE, FAIL_RANK_ENV, DdpDistribution
 from bench.device import DeviceInfo
@@ -190,3 +192,8 @@ def test_world_size_axis_expands_once_per_process_count_and_nproc_overrides_it(w
     with pytest.raises(SpecError, match=r"grid.world_size: world sizes must be whole numbers >= 1, got \[0\]"):
         load_grid(write_grid(tiny_grid("bad").replace('optimizer = ["sgd"]', 'optimizer = ["sgd"]\nworld_size = 0'),
                              "bad.toml"), "cpu")
+
+
+def test_docstring_examples_hold():
+    result = doctest.testmod(bench.distributed)
+    assert result.attempted > 0 and result.failed == 0
