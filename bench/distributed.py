@@ -121,32 +121,42 @@ def aggregate(task: CellTask, outcomes: dict[int, dict], returncode: int, torchr
 
 
 def _failure(world_size: int, outcomes: dict[int, dict], returncode: int, torchrun_log: str) -> dict | None:
-    """The rank that failed first (torchrun's root cause) and how, or None when every rank is ok."""
+    """What ended the cell, or None when every rank is ok.
+
+    A rank that died without a result (not stopped by torchrun) comes first: the others' errors
+    are then their collectives losing it. Else the failure a rank reported, a specific one (oom,
+    skipped) before an `error`, which may only be a collective losing the rank that failed.
+    """
+    exit_codes = rank_exit_codes(torchrun_log)
     failed = {rank: outcomes[rank] for rank in sorted(outcomes) if outcomes[rank]["status"] != "ok"}
-    missing = [rank for rank in range(world_size) if rank not in outcomes]
-    root = root_cause(torchrun_log)
-    if failed and (root is None or root[0] in failed):
-        rank = root[0] if root else next(iter(failed))
+    # SIGTERM is torchrun stopping the survivors once one rank has failed.
+    died = [rank for rank in range(world_size) if rank not in outcomes and exit_codes.get(rank) != -signal.SIGTERM]
+    if not (failed or died or returncode):
+        return None
+    if failed and not died:
+        rank = min(failed, key=lambda r: (failed[r]["status"] == "error", r))
         outcome = failed[rank]
         return {"status": outcome["status"], "error_type": outcome.get("error_type"),
                 "error_message": f"rank {rank}: {outcome.get('error_message', '')}"}
-    if not (failed or missing or returncode):
-        return None
-    if root is not None:
-        died = f"rank {root[0]} exited with code {root[1]} without a result"
+    known = [rank for rank in died if rank in exit_codes]
+    if known:
+        what = "; ".join(f"rank {rank} exited with code {exit_codes[rank]} without a result" for rank in known)
     else:
-        died = (f"rank(s) {', '.join(map(str, missing)) or 'none'} ended without a result; torchrun exited "
+        what = (f"rank(s) {', '.join(map(str, died)) or 'none'} ended without a result; torchrun exited "
                 f"with code {returncode}: {_tail(torchrun_log)}")
     after = [f"rank {rank} then failed: {o.get('error_type')}: {o.get('error_message', '')[:160]}"
              for rank, o in failed.items()]
-    return {"status": "error", "error_type": "RankDied", "error_message": "; ".join([died, *after])}
+    return {"status": "error", "error_type": "RankDied", "error_message": "; ".join([what, *after])}
 
 
-def root_cause(torchrun_log: str) -> tuple[int, int] | None:
-    """(rank, exit code) of the first failure torchrun observed, from its error summary."""
-    _, found, summary = torchrun_log.partition("Root Cause")
-    match = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", summary, re.DOTALL) if found else None
-    return (int(match[1]), int(match[2])) if match else None
+def rank_exit_codes(torchrun_log: str) -> dict[int, int]:
+    """Each failed rank's exit code, from torchrun's failure summary (negative: killed by a signal).
+
+    >>> rank_exit_codes("  rank      : 1 (local_rank: 1)\\n  exitcode  : 7 (pid: 22209)")
+    {1: 7}
+    """
+    found = re.findall(r"rank\s*:\s*(\d+) \(local_rank[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_log)
+    return {int(rank): int(code) for rank, code in found}
 
 
 def single_process_columns(outcome: dict) -> dict:

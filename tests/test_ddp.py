@@ -18,7 +18,7 @@ import bench.distributed
 from bench.cell import Cell
 from bench.ddp_worker import FAIL_EXIT_CODE, FAIL_RANK_ENV, DdpDistribution
 from bench.device import DeviceInfo
-from bench.distributed import aggregate, root_cause, scaling_efficiency, threads_per_rank
+from bench.distributed import aggregate, scaling_efficiency, threads_per_rank
 from bench.measure.peak import PeakFlops
 from bench.models import build_model, synthetic_batch
 from bench.spec import SpecError, load_grid, with_world_size
@@ -135,15 +135,6 @@ def test_a_rank_that_dies_is_an_error_row_and_the_grid_goes_on(write_grid, tmp_p
     assert rows[1]["error_message"].startswith(f"rank 1 exited with code {FAIL_EXIT_CODE}")
 
 
-_TORCHRUN_SUMMARY = """
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-11-29_12:37:18
-  rank      : 1 (local_rank: 1)
-  exitcode  : 1 (pid: 22209)
-"""
-
-
 def _task(world_size: int = 2) -> CellTask:
     cell = Cell(experiment="e", profile="cpu", model="m", image_size=32, micro_batch=2, accum_steps=2,
                 precision="fp32", checkpointing="off", optimizer="sgd", channels_last=False, warmup_steps=1,
@@ -168,15 +159,23 @@ def test_ranks_combine_into_one_row_paced_by_the_slowest_rank():
     assert row["activations_peak_bytes"] == 280 and row["allreduce_ms_per_step"] == 5.0 and "rank" not in row
 
 
-def test_the_failing_rank_named_by_torchrun_decides_the_row():
-    killed = {0: {"status": "error", "error_type": "RuntimeError", "error_message": "Connection closed by peer"}}
-    oom = {**killed, 1: {"status": "oom", "error_type": "OutOfMemoryError", "error_message": "CUDA out of memory"}}
-    assert aggregate(_task(), oom, 1, _TORCHRUN_SUMMARY) == {
+def _torchrun_summary(*failures: tuple[int, int]) -> str:
+    return "\n".join(f"[{i}]:\n  time      : 2026-11-29_12:37:18\n  rank      : {rank} (local_rank: {rank})\n"
+                     f"  exitcode  : {code} (pid: {100 + rank})" for i, (rank, code) in enumerate(failures))
+
+
+def test_the_rank_that_failed_first_decides_the_row():
+    lost_peer = {"status": "error", "error_type": "RuntimeError", "error_message": "Connection closed by peer"}
+    oom = {"status": "oom", "error_type": "OutOfMemoryError", "error_message": "CUDA out of memory"}
+    # Both reported: the specific failure, not the collective that lost the rank.
+    assert aggregate(_task(), {0: lost_peer, 1: oom}, 1, _torchrun_summary((0, 1), (1, 1))) == {
         "status": "oom", "error_type": "OutOfMemoryError", "error_message": "rank 1: CUDA out of memory"}
-    died = aggregate(_task(), killed, 1, _TORCHRUN_SUMMARY)
-    assert died["error_type"] == "RankDied" and died["error_message"].startswith("rank 1 exited with code 1")
+    # Rank 0 stopped by torchrun (SIGTERM) after rank 1's error: rank 1's error.
+    assert aggregate(_task(), {1: oom}, 1, _torchrun_summary((0, -15), (1, 1)))["status"] == "oom"
+    # Rank 1 died without a word; rank 0's error is only the consequence.
+    died = aggregate(_task(), {0: lost_peer}, 1, _torchrun_summary((0, 1), (1, 7)))
+    assert died["error_type"] == "RankDied" and died["error_message"].startswith("rank 1 exited with code 7")
     assert "rank 0 then failed: RuntimeError" in died["error_message"]
-    assert root_cause("no summary") is None
     assert aggregate(_task(), {}, -9, "")["error_message"].startswith("rank(s) 0, 1 ended without a result")
 
 

@@ -34,7 +34,8 @@ def test_cells_run_as_submitit_jobs_write_the_same_rows_and_resume(write_grid, t
 
     assert run_grid(grid, device, options) == rows  # resumed: every cell has a row, no job submitted
     assert len(list(slurm.folder.glob("*_submitted.pkl"))) == submitted
-    assert read_rows(runs) == rows
+    # Jobs end in any order; the file holds rows as they came back.
+    assert sorted(read_rows(runs), key=lambda r: r["cell_id"]) == sorted(rows, key=lambda r: r["cell_id"])
 
 
 def test_job_parameters_ask_one_gpu_per_rank_and_the_users_partition():
