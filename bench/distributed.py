@@ -49,7 +49,7 @@ def run_distributed(task: CellTask, timeout_s: float) -> dict:
     """One cell on `task.cell.world_size` processes: its aggregated outcome, or why there is none."""
     world_size = task.cell.world_size
     if task.device.type == "cuda":
-        import torch  # late: only the CUDA check needs it here (device_count uses NVML, no context)
+        import torch  # late: only this check needs it here (counting devices creates no CUDA context)
 
         if torch.cuda.device_count() < world_size:
             return {"status": "skipped", "error_type": "NotEnoughGpus",
