@@ -69,7 +69,8 @@ COLUMNS: dict[str, str] = {
     "samples_per_s": "effective_batch / median step time: one process's (under DDP, the slowest rank sets each step)",
     "global_samples_per_s": "global_batch / median step time: all processes together",
     "scaling_efficiency": "global_samples_per_s / (world_size x samples_per_s of the 1-process ok row of the same "
-                          "configuration in this runs file); empty for 1 process or when that row is missing",
+                          "configuration in this runs file, filled when the grid ends); empty for 1 process or "
+                          "when that row is missing",
     "allreduce_calls_per_step": "gradient-bucket all-reduces per optimizer step (DDP comm hook), per rank",
     "synced_backwards_per_step": "backward passes that all-reduced per optimizer step: 1 with no_sync, K without",
     "allreduce_ms_per_step": "all-reduce launch-to-completion time per optimizer step, summed over buckets; "

@@ -12,7 +12,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from bench.cell import Cell
 from bench.device import DeviceInfo
@@ -76,22 +76,26 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
     with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs
         for index, (task, outcome) in enumerate(finished):
             row = {**describe_cell(task.cell, device), **provenance, **outcome}
-            row["scaling_efficiency"] = _scaling_efficiency(task.cell, row, runs)
             runs.write(row)
             if on_row:
                 on_row(row, index, len(todo))
+    fill_scaling_efficiency(grid.cells, runs)
     by_id = {row["cell_id"]: row for row in runs.rows()}
     return [by_id[cell.cell_id] for cell in grid.cells if cell.cell_id in by_id]
 
 
-def _scaling_efficiency(cell: Cell, row: dict, runs: RunsFile) -> float | None:
-    """Against the same configuration's 1-process ok row, when this runs file has one."""
-    if cell.world_size == 1 or row["status"] != "ok":
-        return None
-    baseline = {r["cell_id"]: r for r in runs.rows()}.get(baseline_cell_id(cell))
-    if baseline is None or baseline["status"] != "ok":
-        return None
-    return scaling_efficiency(row["global_samples_per_s"], cell.world_size, float(baseline["samples_per_s"]))
+def fill_scaling_efficiency(cells: Sequence[Cell], runs: RunsFile) -> None:
+    """Every multi-process ok row of `cells` against its configuration's 1-process ok row, as the
+    runs file holds them now: whatever order the cells ended in (SLURM jobs, a resumed grid)."""
+    by_id = {row["cell_id"]: row for row in runs.rows()}
+    for cell in cells:
+        row, baseline = by_id.get(cell.cell_id), by_id.get(baseline_cell_id(cell))
+        if cell.world_size == 1 or row is None or row["status"] != "ok":
+            continue
+        efficiency = ("" if baseline is None or baseline["status"] != "ok" else str(scaling_efficiency(
+            float(row["global_samples_per_s"]), cell.world_size, float(baseline["samples_per_s"]))))
+        if row["scaling_efficiency"] != efficiency:
+            runs.write({**row, "scaling_efficiency": efficiency})
 
 
 def describe_cell(cell: Cell, device: DeviceInfo) -> dict:

@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -21,6 +22,8 @@ from bench.device import DeviceInfo
 from bench.distributed import aggregate, scaling_efficiency, threads_per_rank
 from bench.measure.peak import PeakFlops
 from bench.models import build_model, synthetic_batch
+from bench.results import RunsFile
+from bench.runner import fill_scaling_efficiency
 from bench.spec import SpecError, load_grid, with_world_size
 from bench.step import accumulate_gradients
 from bench.worker import CellTask
@@ -177,6 +180,19 @@ def test_the_rank_that_failed_first_decides_the_row():
     assert died["error_type"] == "RankDied" and died["error_message"].startswith("rank 1 exited with code 7")
     assert "rank 0 then failed: RuntimeError" in died["error_message"]
     assert aggregate(_task(), {}, -9, "")["error_message"].startswith("rank(s) 0, 1 ended without a result")
+
+
+def test_scaling_efficiency_is_filled_whatever_order_the_rows_came_in(tmp_path):
+    cell = _task().cell
+    single = replace(cell, world_size=1)
+    lonely = replace(cell, micro_batch=4, accum_steps=1)  # no 1-process row of its configuration
+    runs = RunsFile(tmp_path / "runs.csv")
+    runs.write({"cell_id": cell.cell_id, "status": "ok", "global_samples_per_s": 300.0})
+    runs.write({"cell_id": lonely.cell_id, "status": "ok", "global_samples_per_s": 300.0})
+    runs.write({"cell_id": single.cell_id, "status": "ok", "samples_per_s": 200.0})  # e.g. a SLURM job ending last
+    fill_scaling_efficiency([cell, lonely, single], runs)
+    rows = {row["cell_id"]: row["scaling_efficiency"] for row in runs.rows()}
+    assert rows == {cell.cell_id: "0.75", lonely.cell_id: "", single.cell_id: ""}
 
 
 def test_world_size_axis_expands_once_per_process_count_and_nproc_overrides_it(write_grid):
