@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench-resnet bench-vit bench-smoke bench-overhead charts equivalence cost estimate estimate-speed clean
+.PHONY: install test bench-resnet bench-vit bench-ddp bench-smoke bench-overhead charts equivalence cost estimate estimate-speed clean
 
 install: $(STAMP)
 
@@ -22,6 +22,10 @@ bench-resnet: install
 
 bench-vit: install
 	$(BIN)/bench run experiments/vit_b16.toml experiments/vit_l16.toml
+
+# DDP through torchrun: 1, 2 and 8 GPUs (cells needing more GPUs than present are skipped rows).
+bench-ddp: install
+	$(BIN)/bench run experiments/ddp.toml
 
 bench-smoke: install
 	$(BIN)/bench run experiments/smoke.toml

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Checkpointing = Literal["off", "full"]
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
 Profile = Literal["cuda", "cpu"]
+DdpSync = Literal["no_sync", "every_step"]
 
 EXTRA_AXIS = {"extra_axis": True}
 """Field metadata of an axis that appears in the cell id only when it differs from its default."""
@@ -57,10 +58,20 @@ class Cell:
 
     # Axes added after the first results were committed go below, each with a default and
     # `metadata=EXTRA_AXIS`: at its default it stays out of the id, so old ids stay valid.
+    world_size: int = field(default=1, metadata=EXTRA_AXIS)
+    """Processes training together (DDP through torchrun); 1 is the single-process cell."""
+    ddp_sync: DdpSync = field(default="no_sync", metadata=EXTRA_AXIS)
+    """Under DDP: `no_sync` all-reduces on the last micro-step only; `every_step` on every one
+    (the cost of forgetting `no_sync()`). Meaningless, and kept at its default, for one process."""
 
     @property
     def effective_batch(self) -> int:
         return self.micro_batch * self.accum_steps
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step across all processes: effective_batch x world_size."""
+        return self.effective_batch * self.world_size
 
     @property
     def cell_id(self) -> str:

@@ -12,6 +12,8 @@ Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
 
 A multi-GPU instance runs data parallel, each GPU running the measured configuration
 (global batch = effective_batch x GPUs): its samples/s = per-GPU x GPUs x scaling efficiency.
+The efficiency is measured where the rows have it (a DDP row of the same configuration,
+world_size > 1: `scaling_for`), else the `Assumptions` default; every line says which.
 Memory fit: the row's peak (CUDA reserved when present, else `peak_memory_bytes`) plus
 headroom against the GPU's nominal memory; what does not fit is marked and not priced.
 """
@@ -19,7 +21,7 @@ headroom against the GPU's nominal memory; what does not fit is marked and not p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Mapping
 
 from bench.catalog import Instance
 from bench.hardware import GpuSpec, find_gpu
@@ -100,6 +102,11 @@ class MeasuredRow:
     peak_memory_bytes: int
     peak_reserved_bytes: int | None = None
     memory_source: str = ""
+    world_size: int = 1
+    """Processes the row was measured on (DDP); rows with more than one measure scaling, not speed."""
+    ddp_sync: str = "no_sync"
+    scaling_efficiency: float | None = None
+    """Global samples/s over world_size x the 1-process row's, measured (world_size > 1)."""
 
     @classmethod
     def from_runs_row(cls, row: dict[str, str]) -> MeasuredRow:
@@ -120,11 +127,18 @@ class MeasuredRow:
                    model_flops_per_sample=number("model_flops_per_sample"),
                    peak_memory_bytes=int(float(row["peak_memory_bytes"])),
                    peak_reserved_bytes=None if reserved is None else int(reserved),
-                   memory_source=row["memory_source"])
+                   memory_source=row["memory_source"], world_size=int(row.get("world_size") or 1),
+                   ddp_sync=row.get("ddp_sync") or "no_sync", scaling_efficiency=number("scaling_efficiency"))
 
     @property
     def effective_batch(self) -> int:
         return self.micro_batch * self.accum_steps
+
+    @property
+    def configuration(self) -> tuple:
+        """What a scaling measurement must share with a row to stand for it (the device aside)."""
+        return (self.model, self.image_size, self.micro_batch, self.accum_steps, self.precision,
+                self.checkpointing, self.optimizer)
 
     @property
     def strategy(self) -> str:
@@ -218,6 +232,49 @@ def memory_fit(peak_bytes: float, headroom: float, memory_gib: float) -> MemoryF
     return MemoryFit(peak_bytes * (1 + headroom), memory_gib * GIB)
 
 
+MeasuredScaling = Mapping[tuple, Mapping[int, MeasuredRow]]
+"""Data-parallel rows with a measured efficiency, by configuration, then by world size."""
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """The scaling efficiency a multi-GPU line runs at, and how it is known."""
+
+    efficiency: float
+    basis: str
+
+
+def measured_scaling(rows: list[MeasuredRow]) -> dict[tuple, dict[int, MeasuredRow]]:
+    """The rows that measured scaling: world_size > 1, `no_sync` (the correct loop), efficiency present."""
+    found: dict[tuple, dict[int, MeasuredRow]] = {}
+    for row in rows:
+        if row.world_size > 1 and row.ddp_sync == "no_sync" and row.scaling_efficiency is not None:
+            found.setdefault(row.configuration, {})[row.world_size] = row
+    return found
+
+
+def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, default: float) -> Scaling:
+    """The efficiency of `row`'s configuration on `gpu_count` GPUs: measured at that count, else at the
+    largest measured count below it (labelled as such), else `default` (assumed).
+
+    Example: measured 0.94 on 2 processes, asked for 8 GPUs:
+        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        ...     micro_batch=64, accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw",
+        ...     device_type="cuda", device_name="NVIDIA H200", samples_per_s=1.0, mfu_pct=None,
+        ...     model_flops_per_sample=None, peak_memory_bytes=1, world_size=2, scaling_efficiency=0.94)
+        >>> scaling_for(row, 8, measured_scaling([row]), 0.9)
+        Scaling(efficiency=0.94, basis='measured with 2 processes on NVIDIA H200, applied to 8 GPUs')
+    """
+    by_size = measured.get(row.configuration, {})
+    below = [size for size in by_size if size <= gpu_count]
+    if not below:
+        return Scaling(default, "assumed (--scaling-efficiency)")
+    size = max(below)
+    source = by_size[size]
+    applied = "" if size == gpu_count else f", applied to {gpu_count} GPUs"
+    return Scaling(source.scaling_efficiency, f"measured with {size} processes on {source.device_name}{applied}")
+
+
 @dataclass(frozen=True)
 class GpuSpeed:
     """Per-GPU samples/s of a row on a GPU, and how it is known."""
@@ -284,6 +341,8 @@ class CostLine:
     memory: MemoryFit
     memory_basis: str
     cost: RunCost | None
+    scaling: Scaling | None = None
+    """The scaling efficiency used on a multi-GPU instance; None on one GPU."""
 
     @property
     def global_batch(self) -> int:
@@ -291,18 +350,24 @@ class CostLine:
         return self.row.effective_batch * self.instance.gpu_count
 
 
-def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumptions: Assumptions) -> CostLine:
-    """`row` on `instance`: memory fit first, then speed, then hours and dollars."""
+def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumptions: Assumptions,
+               measured: MeasuredScaling | None = None) -> CostLine:
+    """`row` on `instance`: memory fit first, then speed, then hours and dollars.
+
+    `measured`: scaling efficiencies measured by data-parallel rows (`measured_scaling`).
+    """
     peak_bytes, memory_basis = row.memory_peak()
     fit = memory_fit(peak_bytes, assumptions.headroom, instance.gpu_spec.memory_gib)
     speed = gpu_speed(row, instance.gpu_spec)
-    common = dict(row=row, instance=instance, memory=fit, memory_basis=memory_basis)
+    scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency)
+               if instance.gpu_count > 1 else None)
+    common = dict(row=row, instance=instance, memory=fit, memory_basis=memory_basis, scaling=scaling)
     if isinstance(speed, tuple):
         status, why = speed
         return CostLine(**common, status=status, note=why, basis=None, samples_per_s_per_gpu=None, cost=None)
     note = speed.assumption
-    if instance.gpu_count > 1:
-        note += (f"; x{instance.gpu_count} GPUs at {assumptions.scaling_efficiency:g} scaling efficiency "
+    if scaling is not None:
+        note += (f"; x{instance.gpu_count} GPUs at {scaling.efficiency:.3g} scaling efficiency, {scaling.basis} "
                  f"(data parallel, global batch {row.effective_batch * instance.gpu_count})")
     if not fit.fits:
         return CostLine(**common, status="does_not_fit", basis=speed.basis, samples_per_s_per_gpu=speed.samples_per_s,
@@ -310,7 +375,7 @@ def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumpt
                              f"+ {assumptions.headroom:.0%} headroom), {instance.gpu} has "
                              f"{fit.capacity_bytes / GIB:g} GiB", cost=None)
     cost = run_cost(samples_per_run=workload.samples_per_run, samples_per_s_per_gpu=speed.samples_per_s,
-                    gpu_count=instance.gpu_count, scaling_efficiency=assumptions.scaling_efficiency,
+                    gpu_count=instance.gpu_count, scaling_efficiency=scaling.efficiency if scaling else 1.0,
                     usd_per_hour=instance.usd_per_hour, spot_usd_per_hour=instance.spot_usd_per_hour)
     return CostLine(**common, status="priced", note=note, basis=speed.basis,
                     samples_per_s_per_gpu=speed.samples_per_s, cost=cost)
@@ -343,6 +408,10 @@ class CostTable:
         return min((line.instance.observed for line in self.priced), default=None)
 
 
+DATA_PARALLEL_REFUSAL = ("data-parallel row (world_size > 1): its measured scaling efficiency prices the "
+                         "1-process row of the same configuration on multi-GPU instances")
+
+
 def cpu_refusal(row: MeasuredRow) -> str:
     """Why a CPU-profile row is not projected to GPUs by default."""
     return (f"CPU-profile row (measured on a CPU, {row.device_name}, at {row.image_size} px, "
@@ -367,9 +436,13 @@ def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workloa
     """
     lines: list[CostLine] = []
     refused: list[Refusal] = []
+    measured = measured_scaling(rows)
     for row in rows:
+        if row.world_size > 1:
+            refused.append(Refusal(row, DATA_PARALLEL_REFUSAL))
+            continue
         if row.on_cpu and not assumptions.allow_cpu_projection:
             refused.append(Refusal(row, cpu_refusal(row)))
             continue
-        lines.extend(price_line(row, instance, workload, assumptions) for instance in instances)
+        lines.extend(price_line(row, instance, workload, assumptions, measured) for instance in instances)
     return CostTable(tuple(lines), tuple(refused), workload, assumptions)

@@ -31,6 +31,8 @@ COLUMNS: dict[str, str] = {
     "note": "how the speed is known and what it assumes, or why the line is not priced",
     "samples_per_s_per_gpu": "measured, or MFU x the GPU's peak / model FLOPs per sample",
     "samples_per_s_instance": "per GPU x GPUs x scaling efficiency (GPUs > 1)",
+    "scaling_efficiency": "the efficiency used on a multi-GPU instance; empty on one GPU",
+    "scaling_basis": "measured with N processes on a device (a DDP row of the configuration) | assumed",
     "memory_basis": "which peak the fit uses",
     "peak_memory_gib": "that peak, GiB (2**30 bytes)",
     "required_memory_gib": "peak x (1 + headroom)",
@@ -69,6 +71,8 @@ def record(line: CostLine, samples_per_run: float) -> dict[str, object]:
         "status": line.status, "basis": line.basis, "note": line.note,
         "samples_per_s_per_gpu": line.samples_per_s_per_gpu,
         "samples_per_s_instance": cost.samples_per_s if cost else None,
+        "scaling_efficiency": line.scaling.efficiency if line.scaling else None,
+        "scaling_basis": line.scaling.basis if line.scaling else None,
         "memory_basis": line.memory_basis, "peak_memory_gib": peak_bytes / GIB,
         "required_memory_gib": line.memory.required_bytes / GIB, "gpu_memory_gib": line.memory.capacity_bytes / GIB,
         "samples_per_run": samples_per_run, "hours_per_run": cost.hours_per_run if cost else None,
@@ -106,8 +110,9 @@ def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], cat
     lines = [
         f"workload: {workload.describe()} = {workload.samples_per_run:,.0f} samples per run, "
         f"at the measured image size ({', '.join(f'{s} px' for s in sizes) or 'no rows'})",
-        f"assumptions: multi-GPU instances run data parallel at {assumptions.scaling_efficiency:g} scaling "
-        f"efficiency; memory fit = peak + {assumptions.headroom:.0%} headroom against the GPU's nominal memory "
+        f"assumptions: multi-GPU instances run data parallel at the scaling efficiency measured for the "
+        f"configuration (a DDP row, world_size > 1) where there is one, else {assumptions.scaling_efficiency:g}; "
+        f"memory fit = peak + {assumptions.headroom:.0%} headroom against the GPU's nominal memory "
         f"(GiB = 2**30 bytes)",
         f"prices: {catalog_name}; oldest price used: {oldest_price or 'none (nothing priced)'}",
     ]

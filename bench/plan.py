@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from bench.catalog import Instance
-from bench.cost import Assumptions, CostLine, MeasuredRow, Workload, price_line
+from bench.cost import Assumptions, CostLine, MeasuredRow, MeasuredScaling, Workload, measured_scaling, price_line
 
 class PlanError(Exception):
     """The rows cannot answer the request as asked. The message is one line."""
@@ -130,12 +130,16 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
         raise PlanError(f"rows for {request.model} have image sizes {sizes}: choose one (--image-size)")
     left_out: Counter[str] = Counter()
     best: dict[tuple, Option] = {}
+    measured = measured_scaling(rows)
     for row in rows:
+        if row.world_size > 1:
+            left_out["data-parallel rows (their measured scaling efficiency is used instead)"] += 1
+            continue
         if row.on_cpu and not assumptions.allow_cpu_projection:
             left_out["CPU-profile rows, not projected to GPUs (--allow-cpu-projection)"] += 1
             continue
         for instance in instances:
-            option = _option(row, instance, request, assumptions, left_out)
+            option = _option(row, instance, request, assumptions, measured, left_out)
             if option is not None:
                 key = (instance, option.configuration)
                 if key not in best or _better_evidence(option, best[key]):
@@ -145,12 +149,12 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
 
 
 def _option(row: MeasuredRow, instance: Instance, request: PlanRequest, assumptions: Assumptions,
-            left_out: Counter[str]) -> Option | None:
+            measured: MeasuredScaling, left_out: Counter[str]) -> Option | None:
     per_step = row.micro_batch * instance.gpu_count
     if request.effective_batch % per_step:
         left_out[f"micro-batch x GPUs does not divide the effective batch {request.effective_batch}"] += 1
         return None
-    line = price_line(row, instance, request.workload, assumptions)
+    line = price_line(row, instance, request.workload, assumptions, measured)
     if line.cost is None:
         left_out[{"does_not_fit": "do not fit in memory"}.get(line.status, "no speed (no peak or no MFU)")] += 1
         return None

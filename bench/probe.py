@@ -1,6 +1,6 @@
 """The largest micro-batch that fits: predicted by the estimator, then found by real runs.
 
-Each real trial is one cell in its own process (the runner's `run_isolated`, with its
+Each real trial is one cell in its own process (`bench.launch.run_isolated`, with its
 memory cap); out-of-memory means "too big". The search starts from the estimate and
 steps away from it by a stride that doubles until the limit is bracketed, then bisects;
 Lightning's BatchSizeFinder doubles from the start instead (`doubling_search`), which the
@@ -22,7 +22,7 @@ from bench.estimate import FakeModels, Target, estimate_cell
 from bench.hardware import gpu_keys, gpu_spec
 from bench.isolation import call_in_child, fork_server
 from bench.measure.peak import PeakFlops
-from bench.runner import run_isolated
+from bench.launch import run_isolated
 from bench.spec import SpecError
 from bench.units import GIB, MIB
 from bench.worker import CellTask

@@ -1,33 +1,31 @@
 """Run a grid: every cell in its own process, each row written the moment its cell ends.
 
 Isolation: an OOM, a fragmented allocator or a leaked graph in one cell cannot change
-the next. Cells are forked from a server that has torch and timm imported already, so a
-fresh process costs a fork rather than a multi-second import.
+the next (`bench.launch`: a fork from a server that has torch and timm imported for one
+process, torchrun for several). Where the cells run is the executor's business
+(`bench.executors`: here, or as SLURM jobs); the rows and the resume are the same.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
 import os
-import signal
-import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from bench.cell import Cell
 from bench.device import DeviceInfo
-from bench.isolation import fork_server
+from bench.distributed import baseline_cell_id, scaling_efficiency
+from bench.executors import ExecutorName, SlurmOptions, make_executor
 from bench.measure.flops import FlopsPerSample, flops_per_sample
 from bench.measure.peak import device_peak
 from bench.provenance import git_state, library_versions
 from bench.results import RunsFile
-from bench.spec import Grid
-from bench.worker import CellTask, child_main, first_line
+from bench.spec import Grid, with_world_size
+from bench.worker import CellTask, first_line
 
 FAILED_STATUSES = ("error", "timeout")
-_KILL_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +38,12 @@ class RunOptions:
     timeout_s: float | None = None
     """Overrides the grid's run.timeout_s."""
     memory_limit_gib: float | None = None
+    nproc: int | None = None
+    """Runs every cell on this many processes, overriding the grid's world_size."""
+    executor: ExecutorName = "local"
+    """`local`: cells one after another here; `slurm`: each cell a SLURM job (submitit)."""
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    """The jobs' parameters when `executor` is `slurm`."""
 
 
 def results_dir(grid: Grid, device: DeviceInfo, results_root: Path) -> Path:
@@ -58,69 +62,48 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
              on_row: Callable[[dict, int, int], None] | None = None,
              on_start: Callable[[Cell, int, int], None] | None = None) -> list[dict]:
     """Measure the grid's missing cells; returns every row of the grid's cells, old and new."""
+    if options.nproc is not None:
+        grid = with_world_size(grid, options.nproc)
     runs = RunsFile(results_dir(grid, device, options.results_root) / "runs.csv")
     existing = {row["cell_id"]: row for row in runs.rows()}
     todo = cells_to_run(grid, existing, options)
     peaks = {precision: device_peak(device, precision) for precision in sorted({c.precision for c in todo})}
     provenance = _provenance()
-    timeout_s = options.timeout_s or grid.run.timeout_s
-    context = fork_server()
-    for index, cell in enumerate(todo):
-        if on_start:
-            on_start(cell, index, len(todo))
-        task = CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib,
-                        runner_pid=os.getpid())
-        started = datetime.now(timezone.utc)
-        began = time.monotonic()
-        outcome = run_isolated(task, timeout_s, context)
-        row = {**describe_cell(cell, device), **provenance, **outcome,
-               "started_utc": started.isoformat(timespec="seconds"),
-               "duration_s": round(time.monotonic() - began, 3)}
-        runs.write(row)
-        if on_row:
-            on_row(row, index, len(todo))
+    tasks = [CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib,
+                      runner_pid=os.getpid()) for cell in todo]
+    executor = make_executor(options.executor, options.slurm)
+    finished = executor.run(tasks, options.timeout_s or grid.run.timeout_s, on_start)
+    with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs
+        for index, (task, outcome) in enumerate(finished):
+            row = {**describe_cell(task.cell, device), **provenance, **outcome}
+            runs.write(row)
+            if on_row:
+                on_row(row, index, len(todo))
+    fill_scaling_efficiency(grid.cells, runs)
     by_id = {row["cell_id"]: row for row in runs.rows()}
     return [by_id[cell.cell_id] for cell in grid.cells if cell.cell_id in by_id]
 
 
-def run_isolated(task: CellTask, timeout_s: float, context: multiprocessing.context.BaseContext) -> dict:
-    """One cell in a child process: its outcome, or a timeout/crash outcome if it never reports."""
-    receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=child_main, args=(task, sender), name=task.cell.cell_id)
-    process.start()
-    sender.close()  # only the child holds the sending end: its death reads as EOF here
-    try:
-        if not receiver.poll(timeout_s):
-            return {"status": "timeout", "error_type": "Timeout",
-                    "error_message": f"no result within {timeout_s:g} s; the process was killed"}
-        try:
-            return receiver.recv()
-        except EOFError:
-            process.join(_KILL_GRACE_S)
-            return _crash_outcome(process.exitcode)
-    finally:
-        receiver.close()
-        process.join(_KILL_GRACE_S)
-        if process.is_alive():
-            process.kill()
-            process.join()
+def fill_scaling_efficiency(cells: Sequence[Cell], runs: RunsFile) -> None:
+    """Every multi-process ok row of `cells` against its configuration's 1-process ok row, as the
+    runs file holds them now: whatever order the cells ended in (SLURM jobs, a resumed grid)."""
+    by_id = {row["cell_id"]: row for row in runs.rows()}
+    for cell in cells:
+        row, baseline = by_id.get(cell.cell_id), by_id.get(baseline_cell_id(cell))
+        if cell.world_size == 1 or row is None or row["status"] != "ok":
+            continue
+        efficiency = ("" if baseline is None or baseline["status"] != "ok" else str(scaling_efficiency(
+            float(row["global_samples_per_s"]), cell.world_size, float(baseline["samples_per_s"]))))
+        if row["scaling_efficiency"] != efficiency:
+            runs.write({**row, "scaling_efficiency": efficiency})
 
 
 def describe_cell(cell: Cell, device: DeviceInfo) -> dict:
     """The configuration and device columns every row carries, whatever its outcome."""
     return {"cell_id": cell.cell_id, **cell.to_dict(), "effective_batch": cell.effective_batch,
+            "global_batch": cell.global_batch,
             "device_type": device.type, "device_name": device.name, "device_tag": device.tag,
             "cpu_threads": device.threads}
-
-
-def _crash_outcome(exitcode: int | None) -> dict:
-    if exitcode is not None and exitcode < 0:
-        name = signal.Signals(-exitcode).name
-        hint = " (the host may have run out of memory)" if name == "SIGKILL" else ""
-        return {"status": "error", "error_type": "WorkerCrashed",
-                "error_message": f"the cell's process died from {name}{hint}"}
-    return {"status": "error", "error_type": "WorkerCrashed",
-            "error_message": f"the cell's process exited with code {exitcode} without a result"}
 
 
 def _flops_or_none(cell: Cell) -> FlopsPerSample | None:

@@ -27,13 +27,13 @@ from __future__ import annotations
 import difflib
 import itertools
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from bench.cell import Cell, Checkpointing, OptimizerName, Precision, Profile
+from bench.cell import Cell, Checkpointing, DdpSync, OptimizerName, Precision, Profile
 
 
 class SpecError(Exception):
@@ -62,6 +62,8 @@ class Exclusion(_Strict):
     checkpointing: Checkpointing | None = None
     optimizer: OptimizerName | None = None
     channels_last: bool | None = None
+    world_size: int | None = None
+    ddp_sync: DdpSync | None = None
 
     def matches(self, cell: Cell) -> bool:
         return all(getattr(cell, key) == value for key, value in self if value is not None)
@@ -82,12 +84,16 @@ class GridAxes(_Strict):
     checkpointing: list[Checkpointing] = ["off"]
     optimizer: list[OptimizerName] = ["adamw"]
     channels_last: list[bool] = [False]
+    world_size: list[int] = [1]
+    """Processes per cell (DDP through torchrun, one GPU each on CUDA); 1 runs without DDP."""
+    ddp_sync: list[DdpSync] = ["no_sync"]
+    """`no_sync`: all-reduce on the last micro-step only; `every_step`: on every micro-step."""
     exclude: list[Exclusion] = []
     """Partial cells to drop from the product."""
 
     @field_validator(
         "model", "image_size", "precision", "checkpointing", "optimizer", "channels_last",
-        mode="before",
+        "world_size", "ddp_sync", mode="before",
     )
     @classmethod
     def _scalar_to_list(cls, value: Any) -> Any:
@@ -98,6 +104,13 @@ class GridAxes(_Strict):
     def _positive_sizes(cls, sizes: list[int]) -> list[int]:
         if any(size <= 0 for size in sizes):
             raise ValueError(f"image sizes must be positive whole numbers, got {sizes}")
+        return sizes
+
+    @field_validator("world_size")
+    @classmethod
+    def _at_least_one_process(cls, sizes: list[int]) -> list[int]:
+        if any(size < 1 for size in sizes):
+            raise ValueError(f"world sizes must be whole numbers >= 1, got {sizes}")
         return sizes
 
     @field_validator("pairs")
@@ -194,20 +207,37 @@ def require_precisions(grid: Grid, supported: Iterable[str], device_name: str) -
 
 # Axes of [grid] that map one-to-one onto Cell fields (pairs and exclude are handled apart).
 # A new axis: a list field in GridAxes, an optional field in Exclusion, a Cell field, a name here.
-CELL_AXES = ("model", "image_size", "precision", "checkpointing", "optimizer", "channels_last")
+CELL_AXES = ("model", "image_size", "precision", "checkpointing", "optimizer", "channels_last",
+             "world_size", "ddp_sync")
 
 
 def _expand(experiment: str, profile: Profile, axes: GridAxes, run: RunSettings) -> Iterable[Cell]:
-    # Pairs vary third, after model and image size, as the grid files read.
+    # Pairs vary third, after model and image size, as the grid files read; world size varies
+    # next to last, so a configuration's 1-process cell (the scaling baseline) runs first.
     values = [getattr(axes, name) for name in CELL_AXES]
+    seen: set[str] = set()
     for model, size, (micro, accum), *rest in itertools.product(*values[:2], axes.pairs, *values[2:]):
-        cell = Cell(
+        cell = single_process_default(Cell(
             experiment=experiment, profile=profile, micro_batch=micro, accum_steps=accum,
             **dict(zip(CELL_AXES, (model, size, *rest))), warmup_steps=run.warmup_steps,
             measured_steps=run.measured_steps, seed=run.seed,
-        )
-        if not any(rule.matches(cell) for rule in axes.exclude):
+        ))
+        if cell.cell_id not in seen and not any(rule.matches(cell) for rule in axes.exclude):
+            seen.add(cell.cell_id)
             yield cell
+
+
+def single_process_default(cell: Cell) -> Cell:
+    """One process has nothing to synchronise: its `ddp_sync` is the default, so
+    `world_size = [1, 2]` x `ddp_sync = [no_sync, every_step]` gives one 1-process cell, not two."""
+    return replace(cell, ddp_sync="no_sync") if cell.world_size == 1 else cell
+
+
+def with_world_size(grid: Grid, world_size: int) -> Grid:
+    """`grid` with every cell run on `world_size` processes (`bench run --nproc N`)."""
+    cells = {cell.cell_id: cell for cell in
+             (single_process_default(replace(c, world_size=world_size)) for c in grid.cells)}
+    return replace(grid, cells=tuple(cells.values()))
 
 
 def _read_toml(path: Path) -> dict:

@@ -7,7 +7,7 @@ logging or I/O in here: callers observe it through `on_phase`.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Literal, Sequence
+from typing import Callable, ContextManager, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +15,8 @@ import torch.nn.functional as F
 # Called after each forward and backward (with the micro-step index) and after the optimizer.
 PhaseHook = Callable[[str, int], None]
 Batch = tuple[torch.Tensor, torch.Tensor]
+NoSync = Callable[[], ContextManager]
+"""DDP's `model.no_sync`: a context in which backward accumulates without all-reducing."""
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -49,22 +51,28 @@ def grad_scaler_for(precision: str, device_type: str) -> torch.amp.GradScaler | 
 def accumulate_gradients(model: torch.nn.Module, micro_batches: Sequence[Batch], precision: str,
                          scaler: torch.amp.GradScaler | None = None,
                          on_phase: PhaseHook | None = None, *,
-                         normalization: LossNormalization = "accum_steps") -> torch.Tensor:
+                         normalization: LossNormalization = "accum_steps",
+                         no_sync: NoSync | None = None) -> torch.Tensor:
     """Forward and backward each micro-batch with its loss divided by K; returns the summed loss.
 
     `normalization` changes how each loss is scaled (see `LossNormalization`); the default is
-    the division by K above.
+    the division by K above. `no_sync` (DDP's `model.no_sync`): micro-steps 0..K-2 run inside
+    it, so only the last backward all-reduces; without it every backward of a DDP model does.
     """
     accum_steps = len(micro_batches)
     step_samples = sum(len(labels) for _, labels in micro_batches)
     # In the inputs' dtype: an fp64 comparison keeps an fp64 loss.
     total = torch.zeros((), device=micro_batches[0][0].device, dtype=micro_batches[0][0].dtype)
     for index, (images, labels) in enumerate(micro_batches):
-        with autocast_for(precision, images.device.type):
-            loss = _micro_batch_loss(model(images), labels, normalization, accum_steps, step_samples)
-        if on_phase:
-            on_phase("forward", index)
-        (scaler.scale(loss) if scaler else loss).backward()
+        # Under DDP only the last micro-step needs the all-reduce: the gradients are summed
+        # locally until then (nanoGPT: require_backward_grad_sync on the last micro-step).
+        skip_sync = no_sync is not None and index < accum_steps - 1
+        with no_sync() if skip_sync else contextlib.nullcontext():
+            with autocast_for(precision, images.device.type):
+                loss = _micro_batch_loss(model(images), labels, normalization, accum_steps, step_samples)
+            if on_phase:
+                on_phase("forward", index)
+            (scaler.scale(loss) if scaler else loss).backward()
         total += loss.detach()  # detached: keeping `loss` would keep its graph alive
         if on_phase:
             on_phase("backward", index)
@@ -99,8 +107,10 @@ def apply_update(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                micro_batches: Sequence[Batch], precision: str,
                scaler: torch.amp.GradScaler | None = None,
-               on_phase: PhaseHook | None = None) -> torch.Tensor:
+               on_phase: PhaseHook | None = None, *, no_sync: NoSync | None = None) -> torch.Tensor:
     """One optimizer step over len(micro_batches) accumulated micro-batches.
+
+    `no_sync`: DDP's `model.no_sync`, to all-reduce on the last micro-step only.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
@@ -110,6 +120,6 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         >>> loss.shape
         torch.Size([])
     """
-    loss = accumulate_gradients(model, micro_batches, precision, scaler, on_phase)
+    loss = accumulate_gradients(model, micro_batches, precision, scaler, on_phase, no_sync=no_sync)
     apply_update(optimizer, scaler, on_phase, last_index=len(micro_batches) - 1)
     return loss

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Protocol
 
 import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
 import torch
@@ -28,7 +29,7 @@ from bench.measure.timing import summarize_step_times, time_steps
 from bench.measure.utilization import samples_per_s, utilization_pct
 from bench.models import build_model, synthetic_batch
 from bench.optim import OptimizerUnavailable, build_optimizer
-from bench.step import configure_precision, grad_scaler_for, train_step
+from bench.step import NoSync, configure_precision, grad_scaler_for, train_step
 from bench.units import GIB
 
 
@@ -46,43 +47,68 @@ class CellTask:
     """The runner's process: the cell ends itself if the runner dies (killed grid, no orphans)."""
 
 
+class Distribution(Protocol):
+    """What data parallelism changes in a cell's measurement (`bench.ddp_worker`)."""
+
+    no_sync: NoSync | None
+    """Passed to the step: DDP's `model.no_sync`, or None to all-reduce every micro-step."""
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model the step trains (DDP around the built one)."""
+
+    def start_measuring(self) -> None:
+        """Called just before the timed steps: forget what warm-up and tracing did."""
+
+    def columns(self, measured_steps: int) -> dict:
+        """This process's extra columns, over the timed steps."""
+
+
 def child_main(task: CellTask, connection: Connection) -> None:
     """Process entry point: send back the cell's outcome, whatever happens."""
     if task.runner_pid:
-        _exit_with(task.runner_pid)
-    try:
-        _apply_memory_limit(task)
-        outcome = {"status": "ok", **measure_cell(task)}
-    except OptimizerUnavailable as exc:
-        outcome = {"status": "skipped", "error_type": "OptimizerUnavailable", "error_message": str(exc)}
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
-        outcome = {"status": "oom" if is_out_of_memory(exc) else "error",
-                   "error_type": type(exc).__name__, "error_message": first_line(exc)}
-    connection.send(outcome)
+        exit_with(task.runner_pid)
+    connection.send(measured_outcome(task))
     connection.close()
 
 
-def measure_cell(task: CellTask) -> dict:
-    """Run one cell and return its measured columns."""
+def measured_outcome(task: CellTask, distribution: Distribution | None = None) -> dict:
+    """The cell's outcome: its measured columns with status ok, or the failure as a row's columns."""
+    try:
+        _apply_memory_limit(task)
+        return {"status": "ok", **measure_cell(task, distribution)}
+    except OptimizerUnavailable as exc:
+        return {"status": "skipped", "error_type": "OptimizerUnavailable", "error_message": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
+        return {"status": "oom" if is_out_of_memory(exc) else "error",
+                "error_type": type(exc).__name__, "error_message": first_line(exc)}
+
+
+def measure_cell(task: CellTask, distribution: Distribution | None = None) -> dict:
+    """Run one cell (one rank of it, under `distribution`) and return its measured columns."""
     cell, device = task.cell, torch.device(task.device.type)
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
     model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
                         channels_last=cell.channels_last, device=device)
+    if distribution:
+        model = distribution.wrap(model)
     optimizer = build_optimizer(cell.optimizer, model.parameters())
     scaler = grad_scaler_for(cell.precision, device.type)
     batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
                             device=device, seed=cell.seed)
     # The same micro-batch K times: a loader holds one micro-batch at a time, and so do we.
     micro_batches = [batch] * cell.accum_steps
+    no_sync = distribution.no_sync if distribution else None
 
     def run_step(on_phase=None):
-        return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase)
+        return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase, no_sync=no_sync)
 
     for _ in range(cell.warmup_steps):
         run_step()
     traced = trace_step(run_step, model, optimizer, device)
     reset_allocator_peak(device)
+    if distribution:
+        distribution.start_measuring()
     step_times_ms = time_steps(run_step, cell.measured_steps, device)
     peak_allocated, peak_reserved = allocator_peaks(device)
 
@@ -101,11 +127,13 @@ def measure_cell(task: CellTask) -> dict:
         **{f"tracked_{name}_bytes": traced.tracked_peak_bytes[name]
            for name in ("params", "buffers", "grads", "optimizer_state", "activations", "temporaries")},
         "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]] for p in traced.phases]),
-        **_throughput_columns(task, step_times_ms),
+        **throughput_columns(task, step_times_ms),
+        **(distribution.columns(cell.measured_steps) if distribution else {}),
     }
 
 
-def _throughput_columns(task: CellTask, step_times_ms: list[float]) -> dict:
+def throughput_columns(task: CellTask, step_times_ms: list[float]) -> dict:
+    """Step-time statistics, samples/s (one process's: effective_batch per step), FLOPs, MFU."""
     stats = summarize_step_times(step_times_ms)
     rate = samples_per_s(task.cell.effective_batch, stats.median_ms)
     flops = task.flops
@@ -124,7 +152,7 @@ def _throughput_columns(task: CellTask, step_times_ms: list[float]) -> dict:
     }
 
 
-def _exit_with(runner_pid: int, poll_s: float = 1.0) -> None:
+def exit_with(runner_pid: int, poll_s: float = 1.0) -> None:
     """End this process soon after the runner is gone, even if the runner was SIGKILLed."""
     def watch() -> None:
         while True:

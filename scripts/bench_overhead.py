@@ -21,7 +21,7 @@ from bench.device import detect_device
 from bench.measure.flops import flops_per_sample
 from bench.measure.peak import device_peak
 from bench.isolation import fork_server
-from bench.runner import run_isolated
+from bench.launch import run_isolated
 from bench.worker import CellTask
 
 

@@ -104,6 +104,28 @@ def test_multi_gpu_instances_scale_by_count_and_efficiency():
     assert (eight.usd_per_run, eight.spot_usd_per_run) == pytest.approx((16 / 7.2, 8 / 7.2))
 
 
+def test_a_measured_scaling_efficiency_replaces_the_default_and_says_so():
+    single = _row(samples_per_s=2000.0)
+    on_8 = _row(cell_id="r50-128x1-world_size_8", world_size=8, scaling_efficiency=0.8, samples_per_s=1600.0)
+    forgot_no_sync = replace(on_8, cell_id="every", ddp_sync="every_step", scaling_efficiency=0.5)
+    other_config = replace(on_8, cell_id="other", precision="fp32", scaling_efficiency=0.3)
+    eight, four, one = (_instance("A100-40GB", gpu_count=n, usd_per_hour=n) for n in (8, 4, 1))
+    table = price_rows([single, on_8, forgot_no_sync, other_config], (eight, four, one), Workload(), Assumptions())
+    lines = {line.instance.gpu_count: line for line in table.lines}
+    assert set(lines) == {8, 4, 1}  # only the 1-process row is priced; the DDP rows are its scaling
+    assert {refusal.row.cell_id for refusal in table.refused} == {"r50-128x1-world_size_8", "every", "other"}
+    assert (lines[8].scaling.efficiency, lines[8].scaling.basis) == \
+        (0.8, "measured with 8 processes on NVIDIA A100-SXM4-40GB")
+    assert lines[8].cost.hours_per_run == pytest.approx(IMAGENET_90_EPOCHS / (2000 * 8 * 0.8) / 3600)
+    assert "at 0.8 scaling efficiency, measured with 8 processes" in lines[8].note
+    assert (lines[4].scaling.efficiency, lines[4].scaling.basis) == (0.9, "assumed (--scaling-efficiency)")
+    assert lines[1].scaling is None
+    plan = make_plan([single, on_8], (eight,), PlanRequest(model="resnet50", effective_batch=1024), Assumptions())
+    (option,) = plan.options
+    assert option.line.scaling.efficiency == 0.8
+    assert plan.left_out == {"data-parallel rows (their measured scaling efficiency is used instead)": 1}
+
+
 def test_memory_fit_uses_reserved_when_present_and_marks_what_does_not_fit():
     l4 = _instance("L4")  # 24 GiB nominal
     allocated_only = price_line(_row(peak_memory_bytes=21 * GIB), l4, Workload(), Assumptions())

@@ -78,7 +78,8 @@ def test_exclude_drops_matching_cells(write_grid):
     assert len(cells) == 48 - 8
 
 
-@pytest.mark.parametrize("grid_name", ["smoke", "resnet50", "vit_b16", "vit_l16", "gpu_check/resnet50", "gpu_check/vit"])
+@pytest.mark.parametrize("grid_name", ["smoke", "resnet50", "vit_b16", "vit_l16", "ddp", "gpu_check/resnet50",
+                                       "gpu_check/vit"])
 def test_shipped_grids_are_valid_on_both_profiles(grid_name):
     for profile in ("cuda", "cpu"):
         assert load_grid(REPO / "experiments" / f"{grid_name}.toml", profile).cells

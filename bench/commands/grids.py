@@ -6,7 +6,7 @@ import argparse
 import signal
 from pathlib import Path
 
-from bench.commands.common import add_device_option, positive
+from bench.commands.common import add_device_option, positive, positive_int
 from bench.device import DeviceInfo, detect_device
 from bench.spec import Grid, load_grid, require_precisions
 
@@ -23,6 +23,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--timeout-s", type=positive, help="per-cell time limit, overriding run.timeout_s")
     run.add_argument("--memory-limit-gib", type=positive,
                      help="cap each cell's memory (GPU memory on CUDA, address-space growth on CPU)")
+    run.add_argument("--nproc", type=positive_int,
+                     help="run every cell on N processes (DDP through torchrun), overriding grid.world_size")
+    run.add_argument("--executor", choices=("local", "slurm"), default="local",
+                     help="local: cells one after another here (default); slurm: one SLURM job per cell (submitit)")
+    run.add_argument("--slurm-partition", help="SLURM partition of the jobs (default: the cluster's)")
+    run.add_argument("--slurm-gpus-per-node", type=positive_int,
+                     help="GPUs per job (default: the cell's world size on CUDA)")
+    run.add_argument("--slurm-cpus-per-task", type=positive_int, help="CPU cores per job (default: the cluster's)")
+    run.add_argument("--slurm-time-min", type=positive_int,
+                     help="job time limit in minutes (default: the cell's time limit + 10)")
+    run.add_argument("--slurm-folder", type=Path,
+                     help="submitit's job folder, shared with the nodes (default: RESULTS/slurm_jobs)")
 
     for sub in (listing, run):
         sub.add_argument("files", nargs="+", type=Path, metavar="FILE", help="grid file (TOML)")
@@ -40,14 +52,19 @@ def list_cells(args: argparse.Namespace) -> int:
 
 def run_grids(args: argparse.Namespace) -> int:
     from bench.display import console, grid_progress, summary_table  # rich only for `run`
+    from bench.executors import SlurmOptions, target_device
     from bench.runner import RunOptions, results_dir, run_grid
 
     # SIGTERM unwinds like Ctrl-C, so the runner's cleanup kills the cell it is waiting for.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    device = detect_device(args.device)
+    slurm = SlurmOptions(folder=args.slurm_folder or args.results / "slurm_jobs", partition=args.slurm_partition,
+                         gpus_per_node=args.slurm_gpus_per_node, cpus_per_task=args.slurm_cpus_per_task,
+                         time_min=args.slurm_time_min)
+    device = target_device(args.device, args.executor, slurm)  # a compute node's under SLURM
     grids = load_for_device(args.files, device)  # every file validated before anything is written
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
-                         timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib)
+                         timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,
+                         executor=args.executor, slurm=slurm)
     for grid in grids:
         folder = results_dir(grid, device, args.results)
         console.print(f"[bold]{grid.name}[/]: {len(grid.cells)} cells, profile [bold]{grid.profile}[/] "

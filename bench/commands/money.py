@@ -30,7 +30,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="samples per epoch (default: ImageNet-1k train, 1,281,167)")
         sub.add_argument("--epochs", type=positive, default=90.0, help="epochs per run (default 90)")
         sub.add_argument("--scaling-efficiency", type=fraction, default=0.9,
-                         help="multi-GPU speed-up as a fraction of the GPU count (default 0.9)")
+                         help="multi-GPU speed-up as a fraction of the GPU count where no DDP row measured it "
+                              "(default 0.9)")
         sub.add_argument("--headroom", type=non_negative, default=0.10,
                          help="memory kept free above the measured peak, fraction of it (default 0.10)")
         sub.add_argument("--provider", action="append", default=[], help="only this provider's instances (repeatable)")
