@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Checkpointing = Literal["off", "full"]
+CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]*)$"
+"""Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks)."""
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
 Profile = Literal["cuda", "cpu"]
+LossTracking = Literal["detached", "item", "live_tensor"]
+ZeroGrad = Literal["none", "zeros"]
+AuxLoss = Literal["off", "attached", "detached"]
+Allocator = Literal["default", "expandable_segments"]
+Compile = Literal["off", "on"]
 
 EXTRA_AXIS = {"extra_axis": True}
 """Field metadata of an axis that appears in the cell id only when it differs from its default."""
@@ -42,8 +49,8 @@ class Cell:
     """Micro-batches accumulated per optimizer step (K)."""
     precision: Precision
     """`fp32` (TF32 off), `bf16` (autocast) or `fp16` (autocast + GradScaler)."""
-    checkpointing: Checkpointing
-    """Activation checkpointing via timm's `set_grad_checkpointing`."""
+    checkpointing: str
+    """`off`, `full` (timm's `set_grad_checkpointing`) or `last-<N>` (the last N blocks only)."""
     optimizer: OptimizerName
     """`adamw` (fp32 state), `adamw8bit` (bitsandbytes) or `sgd` (momentum 0.9)."""
     channels_last: bool
@@ -57,10 +64,28 @@ class Cell:
 
     # Axes added after the first results were committed go below, each with a default and
     # `metadata=EXTRA_AXIS`: at its default it stays out of the id, so old ids stay valid.
+    loss_tracking: LossTracking = field(default="detached", metadata=EXTRA_AXIS)
+    """How the running loss is kept: `detached` tensor, `item()` float (a host sync per
+    micro-step) or the `live_tensor`, which keeps every step's autograd graph (seed 004's leak)."""
+    zero_grad: ZeroGrad = field(default="none", metadata=EXTRA_AXIS)
+    """After the optimizer step: gradients set to `none` (freed) or to `zeros` (kept allocated)."""
+    aux_loss: AuxLoss = field(default="off", metadata=EXTRA_AXIS)
+    """Seed 000's second loss term, 0.01 x mean(logits**2): `attached` or on `detached` logits."""
+    allocator: Allocator = field(default="default", metadata=EXTRA_AXIS)
+    """CUDA caching allocator: `default` or `expandable_segments:True` (CUDA only)."""
+    compile: Compile = field(default="off", metadata=EXTRA_AXIS)
+    """`on`: the model wrapped in `torch.compile` (inductor)."""
+    trace_steps: int = field(default=1, metadata=EXTRA_AXIS)
+    """Optimizer steps in the untimed memory trace (several show memory that creeps)."""
 
     @property
     def effective_batch(self) -> int:
         return self.micro_batch * self.accum_steps
+
+    @property
+    def step_options(self) -> dict[str, str]:
+        """The keyword options of `bench.step.train_step` this cell sets."""
+        return {"loss_tracking": self.loss_tracking, "zero_grad": self.zero_grad, "aux_loss": self.aux_loss}
 
     @property
     def cell_id(self) -> str:

@@ -142,7 +142,8 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         micro_batches = [batch] * cell.accum_steps
 
         def run_step(on_phase=None):
-            return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase)
+            return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase,
+                              **cell.step_options)
 
         # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, no gradients.
         # One micro-batch suffices for that, and costs 1/K of the full step.

@@ -53,8 +53,8 @@ def child_main(task: CellTask, connection: Connection) -> None:
     try:
         _apply_memory_limit(task)
         outcome = {"status": "ok", **measure_cell(task)}
-    except OptimizerUnavailable as exc:
-        outcome = {"status": "skipped", "error_type": "OptimizerUnavailable", "error_message": str(exc)}
+    except (OptimizerUnavailable, AllocatorUnavailable) as exc:
+        outcome = {"status": "skipped", "error_type": type(exc).__name__, "error_message": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         outcome = {"status": "oom" if is_out_of_memory(exc) else "error",
                    "error_type": type(exc).__name__, "error_message": first_line(exc)}
@@ -65,23 +65,31 @@ def child_main(task: CellTask, connection: Connection) -> None:
 def measure_cell(task: CellTask) -> dict:
     """Run one cell and return its measured columns."""
     cell, device = task.cell, torch.device(task.device.type)
+    configure_allocator(cell.allocator, device)
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
     model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
                         channels_last=cell.channels_last, device=device)
+    if cell.compile == "on":
+        model = torch.compile(model)
     optimizer = build_optimizer(cell.optimizer, model.parameters())
     scaler = grad_scaler_for(cell.precision, device.type)
     batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
                             device=device, seed=cell.seed)
     # The same micro-batch K times: a loader holds one micro-batch at a time, and so do we.
     micro_batches = [batch] * cell.accum_steps
+    running_loss: torch.Tensor | float = 0.0  # what a loop keeps to log; seed 004's leak when live
 
     def run_step(on_phase=None):
-        return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase)
+        nonlocal running_loss
+        running_loss = running_loss + train_step(model, optimizer, micro_batches, cell.precision, scaler,
+                                                 on_phase, **cell.step_options)
+        return running_loss
 
-    for _ in range(cell.warmup_steps):
+    _first_step(run_step, cell)
+    for _ in range(cell.warmup_steps - 1):
         run_step()
-    traced = trace_step(run_step, model, optimizer, device)
+    traced = trace_step(run_step, model, optimizer, device, steps=cell.trace_steps)
     reset_allocator_peak(device)
     step_times_ms = time_steps(run_step, cell.measured_steps, device)
     peak_allocated, peak_reserved = allocator_peaks(device)
@@ -100,9 +108,46 @@ def measure_cell(task: CellTask) -> dict:
         "activations_peak_bytes": peak - sum(static.values()),
         **{f"tracked_{name}_bytes": traced.tracked_peak_bytes[name]
            for name in ("params", "buffers", "grads", "optimizer_state", "activations", "temporaries")},
-        "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]] for p in traced.phases]),
+        "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]]
+                                    for p in traced.phases if p["step"] == 0]),
+        "step_memory": json.dumps([[p["step"], p["phase"], p["micro_step"], p["allocated_bytes"]]
+                                   for p in traced.phases]),
+        "kept_graph_nodes": json.dumps(traced.kept_graph_nodes),
+        "host_rss_bytes": json.dumps(traced.host_rss_bytes),
         **_throughput_columns(task, step_times_ms),
     }
+
+
+class AllocatorUnavailable(Exception):
+    """The allocator setting needs CUDA's caching allocator; the cell is skipped, not failed."""
+
+
+class CompileFailed(Exception):
+    """torch.compile could not build the model's graphs."""
+
+
+def configure_allocator(allocator: str, device: torch.device) -> None:
+    """Set PYTORCH_CUDA_ALLOC_CONF before this process first touches CUDA (it is read then)."""
+    if allocator == "default":
+        return
+    if device.type != "cuda":
+        raise AllocatorUnavailable(f"allocator {allocator}: a setting of CUDA's caching allocator; "
+                                   f"not testable on {device.type}")
+    if torch.cuda.is_initialized():  # forked from a server that must not have touched CUDA
+        raise RuntimeError(f"allocator {allocator}: CUDA was initialised before the setting could apply")
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
+
+def _first_step(run_step, cell: Cell) -> None:
+    """The first warm-up step; under torch.compile it is where the graphs are built."""
+    if cell.compile == "off":
+        run_step()
+        return
+    try:
+        run_step()
+    except Exception as exc:  # noqa: BLE001 - the row says compile failed, not a random error
+        raise CompileFailed(f"torch.compile failed on the first step: {type(exc).__name__}: "
+                            f"{first_line(exc)}") from exc
 
 
 def _throughput_columns(task: CellTask, step_times_ms: list[float]) -> dict:
