@@ -51,6 +51,7 @@ COLUMNS: dict[str, str] = {
     "peak_allocated_bytes": "CUDA max_memory_allocated over the measured steps",
     "peak_reserved_bytes": "CUDA max_memory_reserved over the measured steps",
     "peak_tracked_bytes": "MemTracker peak over one traced step (tracked tensors only)",
+    "param_count": "parameter elements (P)",
     "params_bytes": "parameter storage, measured from the tensors",
     "grads_bytes": "gradient storage after backward, measured from the tensors",
     "optimizer_state_bytes": "optimizer state storage, measured from the tensors",
@@ -59,7 +60,9 @@ COLUMNS: dict[str, str] = {
     "tracked_buffers_bytes": "", "tracked_grads_bytes": "", "tracked_optimizer_state_bytes": "",
     "tracked_activations_bytes": "", "tracked_temporaries_bytes": "",
     "phase_memory": "JSON [[phase, micro_step, bytes]]: after each forward/backward/optimizer/zero_grad",
-    "step_memory": "JSON [[step, phase, micro_step, bytes]]: phase_memory for each of the trace_steps traced steps",
+    "step_memory": "JSON [[step, phase, micro_step, bytes, weights_version]]: phase_memory for each of the "
+                   "trace_steps traced steps; weights_version (sum of the parameters' in-place write "
+                   "counters) changes only when the weights do",
     "kept_graph_nodes": "JSON list per traced step: autograd nodes reachable from the kept running loss",
     "host_rss_bytes": "JSON list per traced step: the process's resident memory after the step",
     "step_times_ms": "JSON list: every measured optimizer step, milliseconds",

@@ -100,6 +100,7 @@ def measure_cell(task: CellTask) -> dict:
     peak = peak_allocated if peak_allocated is not None else tracked_peak
     return {
         "memory_source": "cuda_allocator" if device.type == "cuda" else "tracked_tensors",
+        "param_count": sum(p.numel() for p in model.parameters()),
         "peak_memory_bytes": peak,
         "peak_allocated_bytes": peak_allocated,
         "peak_reserved_bytes": peak_reserved,
@@ -110,8 +111,8 @@ def measure_cell(task: CellTask) -> dict:
            for name in ("params", "buffers", "grads", "optimizer_state", "activations", "temporaries")},
         "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]]
                                     for p in traced.phases if p["step"] == 0]),
-        "step_memory": json.dumps([[p["step"], p["phase"], p["micro_step"], p["allocated_bytes"]]
-                                   for p in traced.phases]),
+        "step_memory": json.dumps([[p["step"], p["phase"], p["micro_step"], p["allocated_bytes"],
+                                    p["weights_version"]] for p in traced.phases]),
         "kept_graph_nodes": json.dumps(traced.kept_graph_nodes),
         "host_rss_bytes": json.dumps(traced.host_rss_bytes),
         **_throughput_columns(task, step_times_ms),

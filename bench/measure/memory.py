@@ -93,6 +93,19 @@ def kept_graph_nodes(value: object) -> int:
     return len(seen)
 
 
+def weights_version(model: torch.nn.Module) -> int:
+    """Sum of the parameters' in-place write counters: it changes exactly when a weight is updated.
+
+    >>> layer = torch.nn.Linear(2, 2)
+    >>> before = weights_version(layer)
+    >>> with torch.no_grad():
+    ...     _ = layer.weight.add_(1)
+    >>> weights_version(layer) - before
+    1
+    """
+    return sum(p._version for p in model.parameters())
+
+
 def host_rss_bytes() -> int | None:
     """This process's resident memory (Linux); None elsewhere."""
     try:
@@ -107,7 +120,8 @@ class TracedStep:
     """What the untimed, traced optimizer steps showed."""
 
     phases: list[dict] = field(default_factory=list)
-    """[{"step", "phase", "micro_step", "allocated_bytes"}] after each forward, backward and the update."""
+    """[{"step", "phase", "micro_step", "allocated_bytes", "weights_version"}] after each forward,
+    backward and the update; `weights_version` (see `weights_version`) tells which weights a forward used."""
     kept_graph_nodes: list[int] = field(default_factory=list)
     """Per traced step: autograd nodes reachable from what `run_step` returned (the kept loss)."""
     host_rss_bytes: list[int | None] = field(default_factory=list)
@@ -152,7 +166,8 @@ def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
         if phase == "optimizer":
             traced.optimizer_state_bytes = optimizer_state_bytes(optimizer)
         traced.phases.append({"step": step, "phase": phase, "micro_step": micro_step,
-                              "allocated_bytes": _current_bytes(tracker, device)})
+                              "allocated_bytes": _current_bytes(tracker, device),
+                              "weights_version": weights_version(model)})
         if phase == "backward":
             # MemTracker refuses a module run twice in one iteration, which is what
             # accumulation does; resetting module stats keeps the device-wide peak.
