@@ -1,4 +1,4 @@
-"""Command line: `bench list`, `run`, `report`, `cost`, `plan`, `equivalence`, `estimate`, `probe`. Parse, build, run; nothing else here."""
+"""Command line: `bench list`, `run`, `report`, `cost`, `plan`, `equivalence`, `estimate`, `probe`, `claims`. Parse, build, run; nothing else here."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import get_args
 
 from bench.catalog import CatalogError, Instance, load_catalog
+from bench.claims.command import add_parser as add_claims_parser
 from bench.cell import Checkpointing, OptimizerName, Precision
 from bench.cost import Assumptions, Workload, price_rows
 from bench.device import DeviceInfo, DeviceUnavailable, detect_device
@@ -258,6 +259,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="cuda: the grid as written, predicted for a GPU (default); cpu: its CPU profile")
     estimate.add_argument("--results", type=Path, default=Path("results"),
                           help="results root; rows go to <root>/<experiment>/estimate/ (default: results)")
+
+    add_claims_parser(commands)
 
     probe = commands.add_parser("probe", help="the largest micro-batch that fits: estimated, then found by real runs")
     probe.set_defaults(handler=_probe)
