@@ -129,6 +129,8 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         >>> estimate_cell(cell, "cpu").peak_bytes > 0
         True
     """
+    if cell.compile == "on":
+        raise NotImplementedError("compile on: torch.compile is not modelled (the fake step runs eagerly)")
     models = models or FakeModels()
     configure_precision(cell.precision)
     model = models.get(cell)
