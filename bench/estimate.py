@@ -134,6 +134,8 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
     models = models or FakeModels()
     configure_precision(cell.precision)
     model = models.get(cell)
+    for parameter in model.parameters():  # a shared model: the previous cell may have kept zeroed gradients
+        parameter.grad = None
     with models.mode, _allocator_rounding(target == "cuda"):
         optimizer = build_optimizer(cell.optimizer, model.parameters())
         if target == "cuda":
@@ -147,9 +149,10 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
             return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase,
                               **cell.step_options)
 
-        # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, no gradients.
+        # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, and gradients
+        # are None (or zeros, with zero_grad="zeros").
         # One micro-batch suffices for that, and costs 1/K of the full step.
-        train_step(model, optimizer, micro_batches[:1], cell.precision, scaler)
+        train_step(model, optimizer, micro_batches[:1], cell.precision, scaler, **cell.step_options)
         traced = trace_step(run_step, model, optimizer, torch.device("cpu"))
     cuda = target == "cuda"
     return Estimate(

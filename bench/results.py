@@ -61,8 +61,8 @@ COLUMNS: dict[str, str] = {
     "tracked_activations_bytes": "", "tracked_temporaries_bytes": "",
     "phase_memory": "JSON [[phase, micro_step, bytes]]: after each forward/backward/optimizer/zero_grad",
     "step_memory": "JSON [[step, phase, micro_step, bytes, weights_version]]: phase_memory for each of the "
-                   "trace_steps traced steps; weights_version (sum of the parameters' in-place write "
-                   "counters) changes only when the weights do",
+                   "trace_steps traced steps; weights_version (the parameters' in-place writes since the "
+                   "trace began) changes only when the weights do",
     "kept_graph_nodes": "JSON list per traced step: autograd nodes reachable from the kept running loss",
     "host_rss_bytes": "JSON list per traced step: the process's resident memory after the step",
     "step_times_ms": "JSON list: every measured optimizer step, milliseconds",

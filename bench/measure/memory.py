@@ -121,11 +121,12 @@ class TracedStep:
 
     phases: list[dict] = field(default_factory=list)
     """[{"step", "phase", "micro_step", "allocated_bytes", "weights_version"}] after each forward,
-    backward and the update; `weights_version` (see `weights_version`) tells which weights a forward used."""
+    backward and the update; `weights_version` (see `weights_version`, counted from the trace's start)
+    tells which weights a forward used."""
     kept_graph_nodes: list[int] = field(default_factory=list)
     """Per traced step: autograd nodes reachable from what `run_step` returned (the kept loss)."""
-    host_rss_bytes: list[int | None] = field(default_factory=list)
-    """Per traced step: the process's resident memory after it."""
+    host_rss_bytes: list[int | None] = field(default_factory=list, compare=False)
+    """Per traced step: the process's resident memory after it (not compared: it varies run to run)."""
     grads_bytes: int = 0
     optimizer_state_bytes: int = 0
     tracked_peak_bytes: dict[str, int] = field(default_factory=dict)
@@ -156,7 +157,7 @@ def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
     shows in `kept_graph_nodes`, memory that creeps in rising bytes step over step.
     """
     traced = TracedStep()
-    step = 0
+    step, base_version = 0, weights_version(model)
     tracker = _DevicePeakTracker()
     tracker.track_external(model, optimizer)
 
@@ -167,7 +168,7 @@ def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
             traced.optimizer_state_bytes = optimizer_state_bytes(optimizer)
         traced.phases.append({"step": step, "phase": phase, "micro_step": micro_step,
                               "allocated_bytes": _current_bytes(tracker, device),
-                              "weights_version": weights_version(model)})
+                              "weights_version": weights_version(model) - base_version})
         if phase == "backward":
             # MemTracker refuses a module run twice in one iteration, which is what
             # accumulation does; resetting module stats keeps the device-wide peak.
