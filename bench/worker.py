@@ -147,6 +147,8 @@ def _first_step(run_step, cell: Cell) -> None:
     try:
         run_step()
     except Exception as exc:  # noqa: BLE001 - the row says compile failed, not a random error
+        if is_out_of_memory(exc):
+            raise
         raise CompileFailed(f"torch.compile failed on the first step: {type(exc).__name__}: "
                             f"{first_line(exc)}") from exc
 

@@ -31,6 +31,9 @@ class Check:
     """What the rows say, formatted."""
     passed: bool
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "passed", bool(self.passed))  # numpy comparisons give numpy booleans
+
 
 def verdict_of(checks: Sequence[Check]) -> Verdict:
     """The claim's verdict from its checks.
