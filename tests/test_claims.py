@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from bench.cell import Cell
 from bench.claims.evaluate import evaluate, evaluate_all
 from bench.claims.evidence import saved_activations_bytes
-from bench.claims.registry import CLAIMS, GB, MB
+from bench.claims.registry import ARTICLES, CLAIMS, GB, MB
 from bench.claims.table import write_claims
 from bench.claims.verdict import Check, in_range, verdict_of, within
 from bench.device import detect_device
@@ -180,3 +181,14 @@ def test_allocator_setting_is_skipped_on_cpu(write_grid, tmp_path):
         'optimizer = ["sgd"]', 'optimizer = ["sgd"]\nallocator = ["expandable_segments"]')), "cpu")
     [row] = run_grid(grid, detect_device("cpu"), RunOptions(results_root=tmp_path))
     assert (row["status"], row["error_type"]) == ("skipped", "AllocatorUnavailable")
+
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed articles are not next to the repository")
+def test_every_quote_is_the_articles_own_words():
+    for claim in CLAIMS:
+        article = " ".join((SEEDS / ARTICLES[claim.article].split(" ")[0]).read_text().replace("•", " ").split())
+        for fragment in re.split(r" ?\[\.\.\.\] ?| ?• ", claim.quote):
+            assert " ".join(fragment.split()) in article, (claim.id, fragment)

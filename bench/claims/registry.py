@@ -370,9 +370,9 @@ _ESTIMATED = ("At 224 px the activation numbers come from GPU rows or, without t
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("002-phase-memory", "002", "A 128×1 vs B 8×16: memory after forward / backward / step",
-          "Strategy A (batch 128, no accumulation): After forward: 18.2 GB (activations dominate) • After backward: "
+          "Strategy A (batch 128, no accumulation): • After forward: 18.2 GB (activations dominate) • After backward: "
           "26.7 GB (gradients + activations) • After optimizer step: 22.1 GB (activations freed, optimizer states "
-          "remain). Strategy B (batch 8, accum 16): After forward: 4.1 GB (8× smaller activation memory) • After "
+          "remain) [...] Strategy B (batch 8, accum 16): • After forward: 4.1 GB (8× smaller activation memory) • After "
           "backward: 6.8 GB (gradients accumulate but activations are small) • After optimizer step: 8.9 GB "
           "(optimizer state same size as Strategy A)",
           "claims_strategies", AT_GPU_SIZE, _strategy_phases,
@@ -384,18 +384,19 @@ CLAIMS: tuple[Claim, ...] = (
           "Samples/s of the most-accumulated split against the large batch (median of the timed steps).",
           "an estimate has no time."),
     Claim("002-activations-per-image", "002", "~150 MB of activations per image (ResNet-50, 224 px)",
-          "M_activations(B): approximately 150 MB per image for ResNet-50 at 224×224",
+          "$M_{\\text{activations}}(B)$: approximately 150 MB per image for ResNet-50 at 224×224",
           "claims_strategies", AT_GPU_SIZE, _activation_per_image,
           "Slope of the activations saved by the first forward against the micro-batch. " + _ESTIMATED,
           "CPU rows are at 32 px."),
     Claim("002-static", "002", "ResNet-50: 102 MB weights, 205 MB AdamW state, 102 MB gradients",
-          "M_model (fp32 weights): 25.6M params × 4 bytes = 102 MB • M_optim (AdamW states): 25.6M × 8 bytes = "
-          "205 MB (momentum + variance) • M_gradients: 25.6M × 4 bytes = 102 MB",
+          "$M_{\\text{model}}$ (fp32 weights): 25.6M params × 4 bytes = 102 MB • $M_{\\text{optim}}$ (AdamW "
+          "states): 25.6M × 8 bytes = 205 MB (momentum + variance) • $M_{\\text{gradients}}$: 25.6M × 4 bytes = 102 MB",
           "claims_strategies", ANY, _resnet50_static,
           "Parameter, gradient and optimizer-state bytes measured from the tensors (they do not depend on image size)."),
     Claim("002-formula", "002", "M_total = M_model + M_optim + M_activations(B) + M_gradients adds up",
-          "The memory formula for gradient accumulation is: M_total = M_model + M_optim + M_activations(B) + "
-          "M_gradients where B is the micro-batch size (not the effective batch size).",
+          "The memory formula for gradient accumulation is: $$M_{\\text{total}} = M_{\\text{model}} + "
+          "M_{\\text{optim}} + M_{\\text{activations}}(B) + M_{\\text{gradients}}$$ where $B$ is the micro-batch "
+          "size (not the effective batch size).",
           "claims_strategies", AT_GPU_SIZE, _formula_adds_up,
           "Measured static bytes plus the per-sample activation slope × B, against the measured peak, at both ends. "
           + _ESTIMATED, "CPU rows are at 32 px."),
@@ -415,7 +416,7 @@ CLAIMS: tuple[Claim, ...] = (
           "so it can only return powers of two; 48 and 96 are not among them.",
           "answered by the estimator only (`bench probe`)."),
     Claim("002-checkpointing-time", "002", "checkpointing: 33 % slower training (ResNet-50)",
-          "The tradeoff: 33% slower training (you're doing forward pass twice per batch).",
+          "The tradeoff: 33% slower training (you’re doing forward pass twice per batch).",
           "claims_checkpointing", MEASURED, _resnet_checkpointing_time,
           "Samples/s of ResNet-50 with timm's full checkpointing against none.", "an estimate has no time."),
     Claim("000-vit-l-static", "000", "ViT-L/16: 1.2 GB params, 2.4 GB AdamW state, 1.2 GB grads",
@@ -437,7 +438,7 @@ CLAIMS: tuple[Claim, ...] = (
           "an estimate traces one step."),
     Claim("000-bug-only", "000", "1×4 uses more memory than 4×1 only with a bug (missing set_to_none)",
           "Run batch_size=4, accumulation=1 vs batch_size=1, accumulation=4. If the latter uses MORE memory, "
-          "you've got a gradient accumulation bug (likely missing zero_grad(set_to_none=True)).",
+          "you’ve got a gradient accumulation bug (likely missing zero_grad(set_to_none=True)).",
           "claims_vit_l16", ("cuda", "estimate", "cpu"), _bug_only,
           "Peak memory of 4×1 and 1×4, ViT-L/16 AdamW, with zero_grad(set_to_none=True) and with zeros. " + _ESTIMATED),
     Claim("000-detach-fix", "000", "detaching the regulariser's outputs: 22 GB -> 14 GB",
@@ -458,7 +459,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Checkpointing the last 3 blocks (`last-3`) of the ViT: saved activations and samples/s against none.",
           "an estimate has no time."),
     Claim("000-amp-saving", "000", "AMP saves 30-40 % of memory, not 50 %",
-          "Net memory saving: ~30-40%, not the 50% you'd expect.",
+          "Net memory saving: ~30-40%, not the 50% you’d expect.",
           "claims_precision", ("cuda", "estimate", "cpu"), _amp_saving,
           "Peak memory with autocast (fp16 where measured, else bf16) against fp32, ViT, AdamW on the GPU grid. "
           + _ESTIMATED),
@@ -477,15 +478,15 @@ CLAIMS: tuple[Claim, ...] = (
           "claims_vit_l16", ANY, _set_to_none,
           "Memory after zero_grad with set_to_none=True against zeros (ViT-L/16, AdamW, 4×1); the peak change is shown too."),
     Claim("000-compile-memory", "000", "open question: torch.compile and memory under accumulation",
-          "whether PyTorch 2.x's torch.compile() helps or hurts here. The kernel fusion should reduce intermediate "
-          "allocations, but I've seen mixed results — sometimes it helps, sometimes the compiled graph holds onto "
+          "whether PyTorch 2.x’s torch.compile() helps or hurts here. The kernel fusion should reduce intermediate "
+          "allocations, but I’ve seen mixed results — sometimes it helps, sometimes the compiled graph holds onto "
           "tensors longer.",
           "claims_compile", ("cuda",), _compile_memory,
           "Peak allocated memory over the timed steps, compile on against off (32×4, AdamW).",
           "on a CPU the peak comes from MemTracker's trace, which does not see the allocations of inductor's "
           "compiled kernels, so CPU rows cannot answer it."),
     Claim("000-compile-speed", "000", "open question: torch.compile and speed under accumulation",
-          "whether PyTorch 2.x's torch.compile() helps or hurts here.",
+          "whether PyTorch 2.x’s torch.compile() helps or hurts here.",
           "claims_compile", MEASURED, _compile_speed,
           "Samples/s over the timed steps (compilation is in the warm-up), compile on against off.",
           "an estimate has no time."),
@@ -507,8 +508,8 @@ CLAIMS: tuple[Claim, ...] = (
           "Peak reserved minus peak allocated over the timed steps, with and without expandable segments.",
           "a setting of CUDA's caching allocator: not testable on CPU."),
     Claim("001-bytes-per-parameter", "001", "parameters 4P, gradients 4P, Adam state 8P bytes",
-          "For a model with P parameters stored in float32, this costs 4P bytes. [...] Adam maintains first and "
-          "second moment estimates, costing roughly 8P bytes in float32 [...] Costs 4P bytes in float32",
+          "For a model with $P$ parameters stored in float32, this costs $4P$ bytes. [...] Adam maintains first "
+          "and second moment estimates, costing roughly $8P$ bytes in float32 [...] Costs $4P$ bytes in float32",
           "claims_vit_l16", MEASURED, _bytes_per_parameter,
           "Bytes measured from the tensors over the parameter count P (ViT-L/16, fp32, AdamW).",
           "estimate rows carry no parameter count."),
@@ -518,7 +519,7 @@ CLAIMS: tuple[Claim, ...] = (
           "claims_strategies", RATIO, _linear_in_batch,
           "Activations saved by the first forward, per sample, at every micro-batch of the ResNet-50 grid."),
     Claim("001-static-constant-in-k", "001", "parameters, optimizer state and gradients do not depend on K",
-          "Parameters, optimizer states, and gradient buffers remain constant regardless of K.",
+          "Parameters, optimizer states, and gradient buffers remain constant regardless of $K$.",
           "claims_strategies", ANY, _constant_in_k,
           "Parameter, optimizer-state and gradient bytes of every split of the effective batch."),
 )
