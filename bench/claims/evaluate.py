@@ -28,6 +28,8 @@ class Finding:
     def where(self) -> str:
         if self.source is None:
             return "nowhere"
+        if self.source == "estimate":  # its device name only repeats that no device ran it
+            return SOURCE_WORDS[self.source]
         return f"{SOURCE_WORDS[self.source]}: {self.device_name}"
 
 

@@ -104,7 +104,7 @@ def _strategy_phases(rows: Rows) -> list[Check]:
         for phase, value in zip(("forward", "backward", "optimizer"), values):
             measured = _phase_max(row, phase)
             checks.append(value_check(f"{label} ({_pair(row)}) after {phase}: {value} GB", measured,
-                                      value * GB, 0.25, "GB", GB))
+                                      value * GB, 0.25, "GB", GB, label=f"{label} {phase}"))
     return checks
 
 
@@ -118,14 +118,14 @@ def _b_slower(rows: Rows) -> list[Check]:
 
 def _activation_per_image(rows: Rows) -> list[Check]:
     slope = _per_sample_slope(rows.all())
-    return [value_check("~150 MB of activations per image", slope, 150 * MB, 0.25, "MB", MB, 1)]
+    return [value_check("~150 MB of activations per image", slope, 150 * MB, 0.25, "MB", MB, 1, "per image")]
 
 
 def _resnet50_static(rows: Rows) -> list[Check]:
     row = rows.one(optimizer="adamw")
-    return [value_check("M_model 102 MB", row.params_bytes, 102 * MB, 0.05, "MB", MB, 1),
-            value_check("M_optim 205 MB", row.optimizer_state_bytes, 205 * MB, 0.05, "MB", MB, 1),
-            value_check("M_gradients 102 MB", row.grads_bytes, 102 * MB, 0.05, "MB", MB, 1)]
+    return [value_check("M_model 102 MB", row.params_bytes, 102 * MB, 0.05, "MB", MB, 1, "weights"),
+            value_check("M_optim 205 MB", row.optimizer_state_bytes, 205 * MB, 0.05, "MB", MB, 1, "AdamW"),
+            value_check("M_gradients 102 MB", row.grads_bytes, 102 * MB, 0.05, "MB", MB, 1, "gradients")]
 
 
 def _formula_adds_up(rows: Rows) -> list[Check]:
@@ -156,7 +156,8 @@ def _autotune(rows: Rows) -> list[Check]:
     checks = []
     for gpu, claimed in (("RTX-3090", 48), ("A100-40GB", 96)):
         row = rows.one(gpu=gpu)
-        checks.append(value_check(f"{gpu}: batch {claimed}", float(row.largest_micro_batch), claimed, 0.25, "", 1, 0))
+        checks.append(value_check(f"{gpu}: batch {claimed}", float(row.largest_micro_batch), claimed, 0.25, "",
+                                  1, 0, f"{gpu}:"))
     return checks
 
 
@@ -171,15 +172,15 @@ def _resnet_checkpointing_time(rows: Rows) -> list[Check]:
 
 def _vit_l_static(rows: Rows) -> list[Check]:
     row = rows.one(optimizer="adamw", zero_grad="none", micro_batch=4)
-    return [value_check("parameters 1.2 GB", row.params_bytes, 1.2 * GB, 0.05, "GB", GB),
-            value_check("AdamW state 2.4 GB", row.optimizer_state_bytes, 2.4 * GB, 0.05, "GB", GB),
-            value_check("gradients 1.2 GB", row.grads_bytes, 1.2 * GB, 0.05, "GB", GB)]
+    return [value_check("parameters 1.2 GB", row.params_bytes, 1.2 * GB, 0.05, "GB", GB, label="parameters"),
+            value_check("AdamW state 2.4 GB", row.optimizer_state_bytes, 2.4 * GB, 0.05, "GB", GB, label="AdamW"),
+            value_check("gradients 1.2 GB", row.grads_bytes, 1.2 * GB, 0.05, "GB", GB, label="gradients")]
 
 
 def _vit_l_activations(rows: Rows) -> list[Check]:
     row = rows.one(optimizer="adamw", zero_grad="none", micro_batch=1)
     return [range_check("activations 6-8 GB at batch 1", saved_activations_bytes(row), 6 * GB, 8 * GB, 0.10,
-                        "GB", GB)]
+                        "GB", GB, label="batch 1:")]
 
 
 def _creep(rows: Rows) -> list[Check]:
@@ -253,15 +254,16 @@ def _amp_saving(rows: Rows) -> list[Check]:
 
 def _eight_bit(rows: Rows) -> list[Check]:
     row = rows.one(optimizer="adamw8bit")
-    return [value_check("8-bit AdamW state ~600 MB", row.optimizer_state_bytes, 600 * MB, 0.10, "MB", MB, 0)]
+    return [value_check("8-bit AdamW state ~600 MB", row.optimizer_state_bytes, 600 * MB, 0.10, "MB", MB, 0,
+                        f"8-bit state (params {row.params_bytes / MB:.0f} MB)")]
 
 
 def _sgd_state(rows: Rows) -> list[Check]:
     sgd, adamw = rows.one(optimizer="sgd"), rows.one(optimizer="adamw", zero_grad="none", micro_batch=4)
     return [value_check("SGD keeps one buffer (state = parameter bytes)", sgd.optimizer_state_bytes,
-                        float(sgd.params_bytes), 0.01, "GB", GB, 3),
+                        float(sgd.params_bytes), 0.01, "GB", GB, 3, f"SGD state (params {sgd.params_bytes / GB:.3f} GB)"),
             value_check("saves 1.2 GB against AdamW", adamw.optimizer_state_bytes - sgd.optimizer_state_bytes,
-                        1.2 * GB, 0.05, "GB", GB)]
+                        1.2 * GB, 0.05, "GB", GB, label="AdamW - SGD")]
 
 
 def _set_to_none(rows: Rows) -> list[Check]:
@@ -273,7 +275,7 @@ def _set_to_none(rows: Rows) -> list[Check]:
     return [Check("set_to_none=True deallocates the gradients (>= 95 % of their bytes freed)",
                   f"{freed / GB:.2f} GB less after zero_grad; gradients {none.grads_bytes / GB:.2f} GB; "
                   f"peak {peak_change / GB:+.3f} GB with zeros", freed >= 0.95 * none.grads_bytes),
-            range_check("saves 1-2 GB for a large model", freed, 1 * GB, 2 * GB, 0.0, "GB", GB)]
+            range_check("saves 1-2 GB for a large model", freed, 1 * GB, 2 * GB, 0.0, "GB", GB, label="saved")]
 
 
 def _compile_memory(rows: Rows) -> list[Check]:
@@ -338,9 +340,10 @@ def _expandable(rows: Rows) -> list[Check]:
 def _bytes_per_parameter(rows: Rows) -> list[Check]:
     row = rows.one(optimizer="adamw", zero_grad="none", micro_batch=4)
     count = float(row.param_count)
-    return [value_check("parameters 4P bytes", row.params_bytes, 4 * count, 0.01, "bytes/param", count),
-            value_check("gradients 4P bytes", row.grads_bytes, 4 * count, 0.01, "bytes/param", count),
-            value_check("Adam state ~8P bytes", row.optimizer_state_bytes, 8 * count, 0.01, "bytes/param", count)]
+    return [value_check("parameters 4P bytes", row.params_bytes, 4 * count, 0.01, "bytes/param", count, label="parameters"),
+            value_check("gradients 4P bytes", row.grads_bytes, 4 * count, 0.01, "bytes/param", count, label="gradients"),
+            value_check("Adam state ~8P bytes", row.optimizer_state_bytes, 8 * count, 0.01, "bytes/param", count,
+                        label="AdamW")]
 
 
 def _linear_in_batch(rows: Rows) -> list[Check]:
@@ -358,7 +361,7 @@ def _constant_in_k(rows: Rows) -> list[Check]:
     for column, name in (("params_bytes", "parameters"), ("optimizer_state_bytes", "optimizer state"),
                          ("grads_bytes", "gradients")):
         values = sorted(set(frame[column].astype(int)))
-        checks.append(Check(f"{name} the same at every K", ", ".join(f"{v / MB:.1f} MB" for v in values),
+        checks.append(Check(f"{name} the same at every K", f"{name} " + ", ".join(f"{v / MB:.1f} MB" for v in values),
                             len(values) == 1))
     return checks
 

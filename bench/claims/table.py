@@ -65,7 +65,7 @@ def _table_line(finding: Finding, out_dir: Path) -> dict:
         "claim": f"[{claim.id}](#{claim.id})",
         "article": claim.article,
         "says": claim.summary,
-        "measured": "; ".join(check.measured for check in finding.checks) or "—",
+        "measured": _measured(finding) or "—",
         "verdict": f"**{finding.verdict}**",
         "from": finding.where if finding.source else "—",
         "rows": f"[runs.csv]({_link(finding, out_dir)})" if finding.rows_folder else "—",
@@ -87,6 +87,11 @@ def _details(finding: Finding, out_dir: Path) -> list[str]:
     return lines
 
 
+def _measured(finding: Finding) -> str:
+    """The checks' measurements, each once (two checks often read the same number)."""
+    return "; ".join(dict.fromkeys(check.measured for check in finding.checks))
+
+
 def _link(finding: Finding, out_dir: Path) -> str:
     return Path(os.path.relpath(finding.rows_folder / "runs.csv", out_dir)).as_posix()
 
@@ -100,7 +105,7 @@ def claims_csv(findings: list[Finding], out_dir: Path) -> str:
         writer.writerow({
             "claim_id": claim.id, "article": claim.article, "summary": claim.summary, "verdict": finding.verdict,
             "source": finding.source or "", "device_name": finding.device_name,
-            "measured": "; ".join(check.measured for check in finding.checks),
+            "measured": _measured(finding),
             "rows_file": _link(finding, out_dir) if finding.rows_folder else "",
             "cell_ids": ";".join(finding.cell_ids), "quote": claim.quote, "note": finding.note,
         })

@@ -70,15 +70,20 @@ def in_range(measured: float, low: float, high: float, slack: float = 0.0) -> bo
 
 
 def value_check(claimed_text: str, measured: float, claimed: float, rel_tol: float, unit: str,
-                scale: float = 1.0, digits: int = 2) -> Check:
-    """`measured` against `claimed` (both in base units; shown divided by `scale` with `unit`)."""
-    shown = f"{measured / scale:.{digits}f} {unit}".strip()
+                scale: float = 1.0, digits: int = 2, label: str = "") -> Check:
+    """`measured` against `claimed` (both in base units; shown divided by `scale` with `unit`, after `label`)."""
+    shown = _shown(measured / scale, digits, unit, label)
     return Check(f"{claimed_text} (within {rel_tol:.0%})", shown, within(measured, claimed, rel_tol))
 
 
 def range_check(claimed_text: str, measured: float, low: float, high: float, slack: float, unit: str,
-                scale: float = 1.0, digits: int = 2) -> Check:
+                scale: float = 1.0, digits: int = 2, label: str = "") -> Check:
     """`measured` inside [low, high], widened by `slack` on both sides."""
-    shown = f"{measured / scale:.{digits}f} {unit}".strip()
+    shown = _shown(measured / scale, digits, unit, label)
     widened = f" (±{slack:.0%})" if slack else ""
     return Check(f"{claimed_text}{widened}", shown, in_range(measured, low, high, slack))
+
+
+def _shown(value: float, digits: int, unit: str, label: str) -> str:
+    text = f"{value:.{digits}f} {unit}".strip()
+    return f"{label} {text}" if label else text
