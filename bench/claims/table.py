@@ -67,7 +67,7 @@ def _table_line(finding: Finding, out_dir: Path) -> dict:
         "says": claim.summary,
         "measured": _measured(finding) or "—",
         "verdict": f"**{finding.verdict}**",
-        "from": finding.where if finding.source else "—",
+        "from": finding.where if finding.source else _needs(finding),
         "rows": f"[runs.csv]({_link(finding, out_dir)})" if finding.rows_folder else "—",
     }
 
@@ -85,6 +85,12 @@ def _details(finding: Finding, out_dir: Path) -> list[str]:
     if finding.note:
         lines.append(f"- note: {finding.note}")
     return lines
+
+
+def _needs(finding: Finding) -> str:
+    """For a claim nothing answered: what would (e.g. "needs GPU rows" for an allocator claim)."""
+    words = {"cuda": "GPU rows", "estimate": "an estimate", "cpu": "CPU rows"}
+    return "needs " + " or ".join(words[source] for source in finding.claim.sources)
 
 
 def _measured(finding: Finding) -> str:
