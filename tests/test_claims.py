@@ -55,7 +55,7 @@ def _write_rows(root: Path, experiment: str, folder: str, rows: list[dict]) -> N
 def _state_row(device_type: str, state_bytes: float, status: str = "ok", **extra) -> dict:
     return {"cell_id": f"vit-8bit-{device_type}", "status": status, "device_type": device_type,
             "device_name": {"cuda": "NVIDIA H200", "cpu": "Some CPU"}[device_type], "error_message": "",
-            "optimizer": "adamw8bit", "optimizer_state_bytes": state_bytes, **extra}
+            "optimizer": "adamw8bit", "optimizer_state_bytes": state_bytes, "params_bytes": 1.2 * GB, **extra}
 
 
 def test_eight_bit_claim_holds_within_ten_percent_and_not_beyond(tmp_path):

@@ -30,7 +30,9 @@ ARTICLES = {
 ANY: tuple[Source, ...] = ("cuda", "cpu", "estimate")
 MEASURED: tuple[Source, ...] = ("cuda", "cpu")
 AT_GPU_SIZE: tuple[Source, ...] = ("cuda", "estimate")
-RATIO: tuple[Source, ...] = ("cuda", "cpu", "estimate")
+# Activation ratios: at the articles' 224 px the estimate beats a CPU row at 32-64 px, where
+# fixed costs (autocast's weight copies, the stem) weigh far more than in the article's setting.
+RATIO: tuple[Source, ...] = ("cuda", "estimate", "cpu")
 
 
 @dataclass(frozen=True)
@@ -308,15 +310,20 @@ def _leak(rows: Rows) -> list[Check]:
     steps = len(nodes)
     after = [nbytes for _, name, _, nbytes, _ in phases(live) if name == "zero_grad"]
     per_step = (after[-1] - after[0]) / max(steps - 1, 1)
-    rss = json.loads(live.host_rss_bytes)
-    rss_per_step = (rss[-1] - rss[0]) / max(steps - 1, 1) if rss and rss[0] is not None else float("nan")
+    rss_per_step = {name: _rss_per_step(rows.one(loss_tracking=name)) for name in ("live_tensor", "detached")}
     grows = all(b > a for a, b in zip(nodes, nodes[1:]))
     return [Check("the live tensor retains the graph of every step",
                   f"graph nodes kept: {nodes} (detached, item: {other_nodes})",
                   grows and steps > 1 and max(other_nodes) == 0),
             Check("memory grows (tensor memory, > 1 MiB per step)",
-                  f"{per_step:.0f} bytes/step of tensors; host RSS {rss_per_step / MIB:+.2f} MiB/step",
+                  f"{per_step:.0f} bytes/step of tensors; host RSS {rss_per_step['live_tensor'] / MIB:+.2f} "
+                  f"MiB/step (detached: {rss_per_step['detached'] / MIB:+.2f})",
                   per_step > MIB)]
+
+
+def _rss_per_step(row: pd.Series) -> float:
+    rss = json.loads(row.host_rss_bytes)
+    return (rss[-1] - rss[0]) / max(len(rss) - 1, 1) if rss and rss[0] is not None else float("nan")
 
 
 def _bf16_halves(rows: Rows) -> list[Check]:
