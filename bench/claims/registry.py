@@ -474,7 +474,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Net memory saving: ~30-40%, not the 50% you’d expect.",
           "claims_precision", ("cuda", "estimate", "cpu"), _amp_saving,
           "Peak memory with autocast (fp16 where measured, else bf16) against fp32, ViT, AdamW on the GPU grid. "
-          + _ESTIMATED),
+          + _ESTIMATED + " An estimate runs CPU autocast's op lists, not CUDA's."),
     Claim("000-8bit-adamw", "000", "8-bit AdamW: optimizer state 2.4 GB -> ~0.6 GB",
           "This quantizes optimizer states to INT8, cutting that 2.4GB to ~600MB.",
           "claims_vit_l16", MEASURED, _eight_bit,
@@ -512,7 +512,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("004-bf16-halves", "004", "bf16 autocast roughly halves activation memory",
           "wrap the forward pass in torch.autocast(\"cuda\", dtype=torch.bfloat16) to roughly halve activation memory.",
           "claims_precision", RATIO, _bf16_halves,
-          "Activations saved by the first forward, bf16 autocast against fp32."),
+          "Activations saved by the first forward (autocast's low-precision weight copies included), bf16 "
+          "autocast against fp32. An estimate runs CPU autocast's op lists, not CUDA's."),
     Claim("004-expandable-segments", "004", "expandable_segments reduces fragmentation (reserved − allocated)",
           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation, which is exactly the case where "
           "you have enough total free memory but not one contiguous block big enough for the next allocation.",
