@@ -8,8 +8,10 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
+from conftest import tiny_grid
 
 from bench.cell import Cell
 from bench.claims.evaluate import evaluate, evaluate_all
@@ -20,6 +22,8 @@ from bench.claims.verdict import Check, in_range, verdict_of, within
 from bench.device import detect_device
 from bench.measure.peak import PeakFlops
 from bench.models import build_model, synthetic_batch
+from bench.runner import RunOptions, run_grid
+from bench.spec import load_grid
 from bench.step import train_step
 from bench.worker import CellTask, measure_cell
 
@@ -167,16 +171,11 @@ def test_last_n_checkpointing_lies_between_off_and_full():
     assert saved["full"] < saved["last-1"] < saved["off"]
 
 
-def _as_row(measured: dict) -> "object":
-    import pandas as pd
+def _as_row(measured: dict) -> pd.Series:
     return pd.Series({**measured, "cell_id": "t"})
 
 
 def test_allocator_setting_is_skipped_on_cpu(write_grid, tmp_path):
-    from bench.runner import RunOptions, run_grid
-    from bench.spec import load_grid
-    from tests.conftest import tiny_grid
-
     grid = load_grid(write_grid(tiny_grid("alloc", pairs="[[4, 1]]").replace(
         'optimizer = ["sgd"]', 'optimizer = ["sgd"]\nallocator = ["expandable_segments"]')), "cpu")
     [row] = run_grid(grid, detect_device("cpu"), RunOptions(results_root=tmp_path))
