@@ -96,6 +96,11 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f} %"
 
 
+def _time_change(slower: float) -> str:
+    """0.33 -> "33.0 % slower"; -0.1 -> "10.0 % faster"."""
+    return f"{_pct(abs(slower))} {'slower' if slower >= 0 else 'faster'}"
+
+
 # --- seed 002 -------------------------------------------------------------------------------
 
 def _strategy_phases(rows: Rows) -> list[Check]:
@@ -113,7 +118,7 @@ def _strategy_phases(rows: Rows) -> list[Check]:
 def _b_slower(rows: Rows) -> list[Check]:
     large, accumulated = _ends(rows)
     slower = _slower_by(large, accumulated)
-    measured = f"{_pair(accumulated)} {_pct(slower)} slower than {_pair(large)}"
+    measured = f"{_pair(accumulated)} {_time_change(slower)} than {_pair(large)}"
     return [Check("B slower than A", measured, slower > 0),
             Check("by 6 % (3 to 9 %)", measured, 0.03 <= slower <= 0.09)]
 
@@ -166,8 +171,7 @@ def _autotune(rows: Rows) -> list[Check]:
 def _resnet_checkpointing_time(rows: Rows) -> list[Check]:
     off, full = rows.one(model="resnet50", checkpointing="off"), rows.one(model="resnet50", checkpointing="full")
     slower = _slower_by(off, full)
-    measured = f"{_pct(slower)} slower"
-    return [Check("33 % slower (23 to 43 %)", measured, 0.23 <= slower <= 0.43)]
+    return [Check("33 % slower (23 to 43 %)", _time_change(slower), 0.23 <= slower <= 0.43)]
 
 
 # --- seed 000 -------------------------------------------------------------------------------
@@ -234,14 +238,16 @@ def _checkpoint_reduction(rows: Rows, mode: str) -> float:
 
 def _vit_checkpointing_memory(rows: Rows) -> list[Check]:
     reduction = _checkpoint_reduction(rows, "full")
-    return [Check("activation memory cut 60-70 % (55 to 75 %)", _pct(reduction), 0.55 <= reduction <= 0.75)]
+    return [Check("activation memory cut 60-70 % (55 to 75 %)", f"{_pct(reduction)} less saved activations",
+                  0.55 <= reduction <= 0.75)]
 
 
 def _selective_checkpointing(rows: Rows) -> list[Check]:
     reduction = _checkpoint_reduction(rows, "last-3")
     slower = _slower_by(_vit_row(rows, "off"), _vit_row(rows, "last-3"))
-    return [Check("checkpointing the last 3 blocks: 50 % reduction (40 to 60 %)", _pct(reduction), 0.40 <= reduction <= 0.60),
-            Check("with < 20 % slowdown", f"{_pct(slower)} slower", slower < 0.20)]
+    return [Check("checkpointing the last 3 blocks: 50 % reduction (40 to 60 %)",
+                  f"{_pct(reduction)} less saved activations", 0.40 <= reduction <= 0.60),
+            Check("with < 20 % slowdown", _time_change(slower), slower < 0.20)]
 
 
 def _amp_saving(rows: Rows) -> list[Check]:
