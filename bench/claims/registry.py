@@ -506,7 +506,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("000-compile-speed", "000", "open question: torch.compile and speed under accumulation",
           "whether PyTorch 2.x’s torch.compile() helps or hurts here.",
           "claims_compile", MEASURED, _compile_speed,
-          "Samples/s over the timed steps (compilation is in the warm-up), compile on against off.",
+          "Samples/s over the timed steps (compilation is in the warm-up), compile on against off. The "
+          "untimed MemTracker trace runs between warm-up and timing; its global module hooks are a change "
+          "torch.compile guards on, so a CPU row's compiled speed deserves a second, quiet measurement.",
           "an estimate has no time."),
     Claim("004-live-loss-leak", "004", "keeping the live loss tensor leaks the graph; memory grows every step",
           "running_loss += loss          # ❌ retains the graph for every step — memory grows",
