@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench-resnet bench-vit bench-ddp bench-smoke bench-overhead charts equivalence cost estimate estimate-speed clean
+.PHONY: install test bench-resnet bench-vit bench-ddp bench-smoke bench-overhead charts equivalence cost estimate estimate-speed claims clean
 
 install: $(STAMP)
 
@@ -59,6 +59,19 @@ estimate: install
 # Seconds per estimated cell: ViT-L/16 at micro-batch 32 (target <= 10 s on 2 cores).
 estimate-speed: install
 	$(BIN)/python scripts/estimate_speed.py
+
+# The seed articles' claims: the claims grids (resume: only missing cells run), the estimator's
+# 224 px memory for the grids whose claims accept it (redone when a grid file changes), then
+# the table -> results/claims/<device-tag>/{CLAIMS.md,claims.csv}.
+CLAIMS_GRIDS := $(sort $(wildcard experiments/claims/*.toml))
+CLAIMS_ESTIMATES := $(foreach study,strategies vit_l16 detach checkpointing precision,results/claims_$(study)/estimate/runs.csv)
+claims: install
+	$(BIN)/bench run $(CLAIMS_GRIDS)
+	$(MAKE) --no-print-directory $(CLAIMS_ESTIMATES)
+	$(BIN)/bench claims
+
+results/claims_%/estimate/runs.csv: experiments/claims/%.toml
+	$(BIN)/bench estimate $<
 
 clean:
 	rm -rf $(VENV) .pytest_cache

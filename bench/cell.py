@@ -9,9 +9,16 @@ from typing import Literal
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Checkpointing = Literal["off", "full"]
+CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]*)$"
+"""Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks)."""
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
 Profile = Literal["cuda", "cpu"]
 DdpSync = Literal["no_sync", "every_step"]
+LossTracking = Literal["detached", "item", "live_tensor"]
+ZeroGrad = Literal["none", "zeros"]
+AuxLoss = Literal["off", "attached", "detached"]
+Allocator = Literal["default", "expandable_segments"]
+Compile = Literal["off", "on"]
 
 EXTRA_AXIS = {"extra_axis": True}
 """Field metadata of an axis that appears in the cell id only when it differs from its default."""
@@ -43,8 +50,8 @@ class Cell:
     """Micro-batches accumulated per optimizer step (K)."""
     precision: Precision
     """`fp32` (TF32 off), `bf16` (autocast) or `fp16` (autocast + GradScaler)."""
-    checkpointing: Checkpointing
-    """Activation checkpointing via timm's `set_grad_checkpointing`."""
+    checkpointing: str
+    """`off`, `full` (timm's `set_grad_checkpointing`) or `last-<N>` (the last N blocks only)."""
     optimizer: OptimizerName
     """`adamw` (fp32 state), `adamw8bit` (bitsandbytes) or `sgd` (momentum 0.9)."""
     channels_last: bool
@@ -63,6 +70,19 @@ class Cell:
     ddp_sync: DdpSync = field(default="no_sync", metadata=EXTRA_AXIS)
     """Under DDP: `no_sync` all-reduces on the last micro-step only; `every_step` on every one
     (the cost of forgetting `no_sync()`). Meaningless, and kept at its default, for one process."""
+    loss_tracking: LossTracking = field(default="detached", metadata=EXTRA_AXIS)
+    """How the running loss is kept: `detached` tensor, `item()` float (a host sync per
+    micro-step) or the `live_tensor`, which keeps every step's autograd graph (seed 004's leak)."""
+    zero_grad: ZeroGrad = field(default="none", metadata=EXTRA_AXIS)
+    """After the optimizer step: gradients set to `none` (freed) or to `zeros` (kept allocated)."""
+    aux_loss: AuxLoss = field(default="off", metadata=EXTRA_AXIS)
+    """Seed 000's second loss term, 0.01 x mean(logits**2): `attached` or on `detached` logits."""
+    allocator: Allocator = field(default="default", metadata=EXTRA_AXIS)
+    """CUDA caching allocator: `default` or `expandable_segments:True` (CUDA only)."""
+    compile: Compile = field(default="off", metadata=EXTRA_AXIS)
+    """`on`: the model wrapped in `torch.compile` (inductor)."""
+    trace_steps: int = field(default=1, metadata=EXTRA_AXIS)
+    """Optimizer steps in the untimed memory trace (several show memory that creeps)."""
 
     @property
     def effective_batch(self) -> int:
@@ -72,6 +92,11 @@ class Cell:
     def global_batch(self) -> int:
         """Samples per optimizer step across all processes: effective_batch x world_size."""
         return self.effective_batch * self.world_size
+
+    @property
+    def step_options(self) -> dict[str, str]:
+        """The keyword options of `bench.step.train_step` this cell sets."""
+        return {"loss_tracking": self.loss_tracking, "zero_grad": self.zero_grad, "aux_loss": self.aux_loss}
 
     @property
     def cell_id(self) -> str:

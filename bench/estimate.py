@@ -128,9 +128,13 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         >>> estimate_cell(cell, "cpu").peak_bytes > 0
         True
     """
+    if cell.compile == "on":
+        raise NotImplementedError("compile on: torch.compile is not modelled (the fake step runs eagerly)")
     models = models or FakeModels()
     configure_precision(cell.precision)
     model = models.get(cell)
+    for parameter in model.parameters():  # a shared model: the previous cell may have kept zeroed gradients
+        parameter.grad = None
     # Built outside fake mode: bitsandbytes fills its quantisation maps through host reads
     # (`.tolist()`), which fake tensors cannot answer. Its state is still created, fake, in the step.
     optimizer = build_optimizer(cell.optimizer, model.parameters())
@@ -143,11 +147,13 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         micro_batches = [batch] * cell.accum_steps
 
         def run_step(on_phase=None):
-            return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase)
+            return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase,
+                              **cell.step_options)
 
-        # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, no gradients.
+        # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, and gradients
+        # are None (or zeros, with zero_grad="zeros").
         # One micro-batch suffices for that, and costs 1/K of the full step.
-        train_step(model, optimizer, micro_batches[:1], cell.precision, scaler)
+        train_step(model, optimizer, micro_batches[:1], cell.precision, scaler, **cell.step_options)
         traced = trace_step(run_step, model, optimizer, torch.device("cpu"))
     cuda = target == "cuda"
     return Estimate(

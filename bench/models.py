@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import timm
 import torch
+from torch.utils.checkpoint import checkpoint
 
 NUM_CLASSES = 1000
 
@@ -20,9 +21,41 @@ def build_model(name: str, image_size: int, *, checkpointing: str = "off",
     with torch.device(device):
         model = _create(name, image_size)
     model.set_grad_checkpointing(checkpointing == "full")
+    if checkpointing.startswith("last-"):
+        checkpoint_last_blocks(model, int(checkpointing.removeprefix("last-")))
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     return model.train()
+
+
+class _Checkpointed(torch.nn.Module):
+    """One block whose activations are recomputed in backward instead of kept."""
+
+    def __init__(self, block: torch.nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.block, x, use_reentrant=False)
+
+
+def checkpoint_last_blocks(model: torch.nn.Module, count: int) -> None:
+    """Checkpoint the `count` blocks nearest the output (seed 000's "selective checkpointing").
+
+    Blocks are ViT's `blocks` or, for a ResNet, the blocks of `layer1`..`layer4`, in order.
+
+    >>> model = build_model("test_vit", 32, checkpointing="last-1")
+    >>> type(model.blocks[-1]).__name__, type(model.blocks[0]).__name__
+    ('_Checkpointed', 'Block')
+    """
+    containers = ([model.blocks] if hasattr(model, "blocks")
+                  else [getattr(model, f"layer{i}") for i in range(1, 5) if hasattr(model, f"layer{i}")])
+    slots = [(container, name) for container in containers for name, _ in container.named_children()]
+    if not 1 <= count <= len(slots):
+        raise ValueError(f"checkpointing last-{count}: the model has {len(slots)} blocks "
+                         "(ViT `blocks` or ResNet `layer1..4`)")
+    for container, name in slots[-count:]:
+        setattr(container, name, _Checkpointed(getattr(container, name)))
 
 
 def _create(name: str, image_size: int) -> torch.nn.Module:

@@ -29,11 +29,17 @@ import itertools
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, get_args, get_origin
+from typing import Annotated, Any, Iterable, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from bench.cell import Cell, Checkpointing, DdpSync, OptimizerName, Precision, Profile
+from bench.cell import (
+    CHECKPOINTING_PATTERN, Allocator, AuxLoss, Cell, Compile, DdpSync, LossTracking, OptimizerName,
+    Precision, Profile, ZeroGrad,
+)
+
+CheckpointingMode = Annotated[str, Field(pattern=CHECKPOINTING_PATTERN)]
+"""`off`, `full` or `last-<N>` (N >= 1)."""
 
 
 class SpecError(Exception):
@@ -59,11 +65,17 @@ class Exclusion(_Strict):
     micro_batch: int | None = None
     accum_steps: int | None = None
     precision: Precision | None = None
-    checkpointing: Checkpointing | None = None
+    checkpointing: CheckpointingMode | None = None
     optimizer: OptimizerName | None = None
     channels_last: bool | None = None
     world_size: int | None = None
     ddp_sync: DdpSync | None = None
+    loss_tracking: LossTracking | None = None
+    zero_grad: ZeroGrad | None = None
+    aux_loss: AuxLoss | None = None
+    allocator: Allocator | None = None
+    compile: Compile | None = None
+    trace_steps: int | None = None
 
     def matches(self, cell: Cell) -> bool:
         return all(getattr(cell, key) == value for key, value in self if value is not None)
@@ -81,23 +93,44 @@ class GridAxes(_Strict):
     pairs: list[tuple[int, int]] = Field(min_length=1)
     """(micro_batch, accum_steps) pairs; each product must equal effective_batch."""
     precision: list[Precision] = Field(min_length=1)
-    checkpointing: list[Checkpointing] = ["off"]
+    checkpointing: list[CheckpointingMode] = ["off"]
+    """`off`, `full`, or `last-<N>`: only the last N blocks recompute their activations."""
     optimizer: list[OptimizerName] = ["adamw"]
     channels_last: list[bool] = [False]
     world_size: list[int] = [1]
     """Processes per cell (DDP through torchrun, one GPU each on CUDA); 1 runs without DDP."""
     ddp_sync: list[DdpSync] = ["no_sync"]
     """`no_sync`: all-reduce on the last micro-step only; `every_step`: on every micro-step."""
+    loss_tracking: list[LossTracking] = ["detached"]
+    """Running loss kept as a `detached` tensor, an `item` float, or the `live_tensor` (leaks graphs)."""
+    zero_grad: list[ZeroGrad] = ["none"]
+    """`none`: zero_grad(set_to_none=True); `zeros`: gradients zeroed but kept."""
+    aux_loss: list[AuxLoss] = ["off"]
+    """Seed 000's second loss term on the logits: `off`, `attached`, `detached`."""
+    allocator: list[Allocator] = ["default"]
+    """CUDA allocator config: `default` or `expandable_segments` (skipped on CPU)."""
+    compile: list[Compile] = ["off"]
+    """`on`: torch.compile(model)."""
+    trace_steps: list[int] = [1]
+    """Optimizer steps in the untimed memory trace."""
     exclude: list[Exclusion] = []
     """Partial cells to drop from the product."""
 
     @field_validator(
         "model", "image_size", "precision", "checkpointing", "optimizer", "channels_last",
-        "world_size", "ddp_sync", mode="before",
+        "world_size", "ddp_sync", "loss_tracking", "zero_grad", "aux_loss", "allocator", "compile",
+        "trace_steps", mode="before",
     )
     @classmethod
     def _scalar_to_list(cls, value: Any) -> Any:
         return value if isinstance(value, list) else [value]
+
+    @field_validator("trace_steps")
+    @classmethod
+    def _positive_trace_steps(cls, steps: list[int]) -> list[int]:
+        if any(count <= 0 for count in steps):
+            raise ValueError(f"trace steps must be positive whole numbers, got {steps}")
+        return steps
 
     @field_validator("image_size")
     @classmethod
@@ -208,12 +241,13 @@ def require_precisions(grid: Grid, supported: Iterable[str], device_name: str) -
 # Axes of [grid] that map one-to-one onto Cell fields (pairs and exclude are handled apart).
 # A new axis: a list field in GridAxes, an optional field in Exclusion, a Cell field, a name here.
 CELL_AXES = ("model", "image_size", "precision", "checkpointing", "optimizer", "channels_last",
-             "world_size", "ddp_sync")
+             "world_size", "ddp_sync", "loss_tracking", "zero_grad", "aux_loss", "allocator", "compile",
+             "trace_steps")
 
 
 def _expand(experiment: str, profile: Profile, axes: GridAxes, run: RunSettings) -> Iterable[Cell]:
     # Pairs vary third, after model and image size, as the grid files read; world size varies
-    # next to last, so a configuration's 1-process cell (the scaling baseline) runs first.
+    # before the axes after it, so a configuration's 1-process cell (the scaling baseline) runs first.
     values = [getattr(axes, name) for name in CELL_AXES]
     seen: set[str] = set()
     for model, size, (micro, accum), *rest in itertools.product(*values[:2], axes.pairs, *values[2:]):

@@ -76,8 +76,8 @@ def measured_outcome(task: CellTask, distribution: Distribution | None = None) -
     try:
         _apply_memory_limit(task)
         return {"status": "ok", **measure_cell(task, distribution)}
-    except OptimizerUnavailable as exc:
-        return {"status": "skipped", "error_type": "OptimizerUnavailable", "error_message": str(exc)}
+    except (OptimizerUnavailable, AllocatorUnavailable) as exc:
+        return {"status": "skipped", "error_type": type(exc).__name__, "error_message": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         return {"status": "oom" if is_out_of_memory(exc) else "error",
                 "error_type": type(exc).__name__, "error_message": first_line(exc)}
@@ -86,12 +86,15 @@ def measured_outcome(task: CellTask, distribution: Distribution | None = None) -
 def measure_cell(task: CellTask, distribution: Distribution | None = None) -> dict:
     """Run one cell (one rank of it, under `distribution`) and return its measured columns."""
     cell, device = task.cell, torch.device(task.device.type)
+    configure_allocator(cell.allocator, device)
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
     model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
                         channels_last=cell.channels_last, device=device)
     if distribution:
         model = distribution.wrap(model)
+    if cell.compile == "on":
+        model = torch.compile(model)
     optimizer = build_optimizer(cell.optimizer, model.parameters())
     scaler = grad_scaler_for(cell.precision, device.type)
     batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
@@ -99,13 +102,18 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
     # The same micro-batch K times: a loader holds one micro-batch at a time, and so do we.
     micro_batches = [batch] * cell.accum_steps
     no_sync = distribution.no_sync if distribution else None
+    running_loss: torch.Tensor | float = 0.0  # what a loop keeps to log; seed 004's leak when live
 
     def run_step(on_phase=None):
-        return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase, no_sync=no_sync)
+        nonlocal running_loss
+        running_loss = running_loss + train_step(model, optimizer, micro_batches, cell.precision, scaler,
+                                                 on_phase, no_sync=no_sync, **cell.step_options)
+        return running_loss
 
-    for _ in range(cell.warmup_steps):
+    _first_step(run_step, cell)
+    for _ in range(cell.warmup_steps - 1):
         run_step()
-    traced = trace_step(run_step, model, optimizer, device)
+    traced = trace_step(run_step, model, optimizer, device, steps=cell.trace_steps)
     reset_allocator_peak(device)
     if distribution:
         distribution.start_measuring()
@@ -118,6 +126,7 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
     peak = peak_allocated if peak_allocated is not None else tracked_peak
     return {
         "memory_source": "cuda_allocator" if device.type == "cuda" else "tracked_tensors",
+        "param_count": sum(p.numel() for p in model.parameters()),
         "peak_memory_bytes": peak,
         "peak_allocated_bytes": peak_allocated,
         "peak_reserved_bytes": peak_reserved,
@@ -126,10 +135,49 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
         "activations_peak_bytes": peak - sum(static.values()),
         **{f"tracked_{name}_bytes": traced.tracked_peak_bytes[name]
            for name in ("params", "buffers", "grads", "optimizer_state", "activations", "temporaries")},
-        "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]] for p in traced.phases]),
+        "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]]
+                                    for p in traced.phases if p["step"] == 0]),
+        "step_memory": json.dumps([[p["step"], p["phase"], p["micro_step"], p["allocated_bytes"],
+                                    p["weights_version"]] for p in traced.phases]),
+        "kept_graph_nodes": json.dumps(traced.kept_graph_nodes),
+        "host_rss_bytes": json.dumps(traced.host_rss_bytes),
         **throughput_columns(task, step_times_ms),
         **(distribution.columns(cell.measured_steps) if distribution else {}),
     }
+
+
+class AllocatorUnavailable(Exception):
+    """The allocator setting needs CUDA's caching allocator; the cell is skipped, not failed."""
+
+
+class CompileFailed(Exception):
+    """torch.compile could not build the model's graphs."""
+
+
+def configure_allocator(allocator: str, device: torch.device) -> None:
+    """Set PYTORCH_CUDA_ALLOC_CONF before this process first touches CUDA (it is read then)."""
+    if allocator == "default":
+        return
+    if device.type != "cuda":
+        raise AllocatorUnavailable(f"allocator {allocator}: a setting of CUDA's caching allocator; "
+                                   f"not testable on {device.type}")
+    if torch.cuda.is_initialized():  # forked from a server that must not have touched CUDA
+        raise RuntimeError(f"allocator {allocator}: CUDA was initialised before the setting could apply")
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
+
+def _first_step(run_step, cell: Cell) -> None:
+    """The first warm-up step; under torch.compile it is where the graphs are built."""
+    if cell.compile == "off":
+        run_step()
+        return
+    try:
+        run_step()
+    except Exception as exc:  # noqa: BLE001 - the row says compile failed, not a random error
+        if is_out_of_memory(exc):
+            raise
+        raise CompileFailed(f"torch.compile failed on the first step: {type(exc).__name__}: "
+                            f"{first_line(exc)}") from exc
 
 
 def throughput_columns(task: CellTask, step_times_ms: list[float]) -> dict:

@@ -1,7 +1,8 @@
-"""Memory collectors: bytes held by tensors, allocator peaks, and a per-phase trace of one step."""
+"""Memory collectors: bytes held by tensors, allocator peaks, and a per-phase trace of optimizer steps."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -76,12 +77,56 @@ def allocator_peaks(device: torch.device) -> tuple[int | None, int | None]:
     return torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
 
 
+def kept_graph_nodes(value: object) -> int:
+    """Autograd nodes reachable from `value`: what a kept tensor holds alive (0 for a float).
+
+    >>> x = torch.ones(2, requires_grad=True)
+    >>> kept_graph_nodes((x * 2).sum()), kept_graph_nodes(1.0)
+    (3, 0)
+    """
+    seen, stack = set(), [getattr(value, "grad_fn", None)]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return len(seen)
+
+
+def weights_version(model: torch.nn.Module) -> int:
+    """Sum of the parameters' in-place write counters: it changes exactly when a weight is updated.
+
+    >>> layer = torch.nn.Linear(2, 2)
+    >>> before = weights_version(layer)
+    >>> with torch.no_grad():
+    ...     _ = layer.weight.add_(1)
+    >>> weights_version(layer) - before
+    1
+    """
+    return sum(p._version for p in model.parameters())
+
+
+def host_rss_bytes() -> int | None:
+    """This process's resident memory (Linux); None elsewhere."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
+
+
 @dataclass
 class TracedStep:
-    """What one untimed, traced optimizer step showed."""
+    """What the untimed, traced optimizer steps showed."""
 
     phases: list[dict] = field(default_factory=list)
-    """[{"phase", "micro_step", "allocated_bytes"}] after each forward, backward and the update."""
+    """[{"step", "phase", "micro_step", "allocated_bytes", "weights_version"}] after each forward,
+    backward and the update; `weights_version` (see `weights_version`, counted from the trace's start)
+    tells which weights a forward used."""
+    kept_graph_nodes: list[int] = field(default_factory=list)
+    """Per traced step: autograd nodes reachable from what `run_step` returned (the kept loss)."""
+    host_rss_bytes: list[int | None] = field(default_factory=list, compare=False)
+    """Per traced step: the process's resident memory after it (not compared: it varies run to run)."""
     grads_bytes: int = 0
     optimizer_state_bytes: int = 0
     tracked_peak_bytes: dict[str, int] = field(default_factory=dict)
@@ -104,12 +149,15 @@ class _DevicePeakTracker(MemTracker):
 
 
 def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
-               optimizer: torch.optim.Optimizer, device: torch.device) -> TracedStep:
-    """Run one optimizer step under MemTracker, recording memory after every phase.
+               optimizer: torch.optim.Optimizer, device: torch.device, steps: int = 1) -> TracedStep:
+    """Run `steps` optimizer steps under MemTracker, recording memory after every phase.
 
     Per-phase bytes come from the CUDA allocator on a GPU and from tracked tensors on CPU.
+    `run_step` returns what the loop keeps across steps (its running loss): a graph it holds
+    shows in `kept_graph_nodes`, memory that creeps in rising bytes step over step.
     """
     traced = TracedStep()
+    step, base_version = 0, weights_version(model)
     tracker = _DevicePeakTracker()
     tracker.track_external(model, optimizer)
 
@@ -118,16 +166,19 @@ def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
             traced.grads_bytes = grad_bytes(model)
         if phase == "optimizer":
             traced.optimizer_state_bytes = optimizer_state_bytes(optimizer)
-        traced.phases.append(
-            {"phase": phase, "micro_step": micro_step, "allocated_bytes": _current_bytes(tracker, device)}
-        )
+        traced.phases.append({"step": step, "phase": phase, "micro_step": micro_step,
+                              "allocated_bytes": _current_bytes(tracker, device),
+                              "weights_version": weights_version(model) - base_version})
         if phase == "backward":
             # MemTracker refuses a module run twice in one iteration, which is what
             # accumulation does; resetting module stats keeps the device-wide peak.
             tracker.reset_mod_stats()
 
     with tracker:
-        run_step(on_phase)
+        for step in range(steps):
+            kept = run_step(on_phase)
+            traced.kept_graph_nodes.append(kept_graph_nodes(kept))
+            traced.host_rss_bytes.append(host_rss_bytes())
     traced.tracked_peak_bytes = _by_category(tracker.get_tracker_snapshot("peak"), device)
     return traced
 

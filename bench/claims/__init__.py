@@ -1,0 +1,1 @@
+"""The seed articles' claims, checked against measured rows: registry, verdict rules, table."""

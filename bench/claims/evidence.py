@@ -1,0 +1,117 @@
+"""The rows a claim reads: one experiment's rows from one source, and which cells were read.
+
+Sources, by what they can stand for:
+
+- `cuda`: measured on a GPU (`results/<experiment>/<gpu-tag>/runs.csv`);
+- `estimate`: the CUDA grid predicted without a device (`results/<experiment>/estimate/runs.csv`,
+  `bench estimate`), memory only;
+- `cpu`: measured on a CPU under the grid's CPU profile (smaller images, same mechanisms).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+Source = Literal["cuda", "estimate", "cpu"]
+USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated"}
+SOURCE_WORDS = {"cuda": "measured on GPU", "estimate": "estimated for GPU (no device)", "cpu": "measured on CPU"}
+
+
+class Missing(Exception):
+    """The rows lack what a measurement needs; the message says what."""
+
+
+@dataclass
+class Rows:
+    """One experiment's rows from one source; records every cell a measurement reads."""
+
+    source: Source
+    folder: Path
+    """results/<experiment>/<tag>: where the rows are."""
+    frame: pd.DataFrame
+    used: list[str] = field(default_factory=list)
+
+    @property
+    def device_name(self) -> str:
+        names = sorted(set(self.frame.device_name.astype(str)))
+        return names[0] if names else ""
+
+    def all(self, **where: object) -> pd.DataFrame:
+        """Usable rows (ok, or estimated) matching `where`, in cell-id order; Missing if none."""
+        matching = self._matching(where)
+        usable = matching[matching.status == USABLE_STATUS[self.source]].sort_values("cell_id")
+        if usable.empty:
+            raise Missing(self._why_missing(matching, where))
+        self.used.extend(cell for cell in usable.cell_id if cell not in self.used)
+        return usable
+
+    def one(self, **where: object) -> pd.Series:
+        """The single usable row matching `where` (the first by cell id if several)."""
+        return self.all(**where).iloc[0]
+
+    def _matching(self, where: dict) -> pd.DataFrame:
+        frame = self.frame
+        for column, value in where.items():
+            if column not in frame.columns:
+                raise Missing(f"{self.folder}/runs.csv has no {column} column")
+            frame = frame[frame[column].astype(str) == str(value)]
+        return frame
+
+    def _why_missing(self, matching: pd.DataFrame, where: dict) -> str:
+        wanted = ", ".join(f"{key}={value}" for key, value in where.items())
+        if matching.empty:
+            return f"no row with {wanted} in {self.folder}"
+        row = matching.sort_values("cell_id").iloc[0]
+        reason = f": {row.error_message}" if str(row.error_message) else ""
+        return f"the row with {wanted} is {row.status}{reason}"
+
+
+def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
+    """Every source with rows for `experiment`; of several GPUs (or CPUs), the first tag by name."""
+    found: dict[Source, Rows] = {}
+    for runs in sorted(Path(results_root, experiment).glob("*/runs.csv")):
+        frame = read_runs(runs)
+        if frame.empty:
+            continue
+        source: Source = "estimate" if runs.parent.name == "estimate" else str(frame.device_type.iloc[0])
+        found.setdefault(source, Rows(source, runs.parent, frame))
+    return found
+
+
+def read_runs(path: Path) -> pd.DataFrame:
+    # Empty cells stay empty strings: "none" and "off" are values here, not missing data.
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"error_message": str})
+    frame["error_message"] = frame["error_message"].fillna("")
+    return frame
+
+
+# Readings of one row, shared by the claims.
+
+def phases(row: pd.Series) -> list[list]:
+    """[[step, phase, micro_step, bytes, weights_version]]: `step_memory`, or `phase_memory` as step 0."""
+    text = row.get("step_memory")
+    if isinstance(text, str) and text:
+        return json.loads(text)
+    return [[0, phase, micro, nbytes, None] for phase, micro, nbytes in json.loads(row.phase_memory)]
+
+
+def phase_bytes(row: pd.Series, phase: str, micro_step: int, step: int = 0) -> float:
+    for at_step, name, micro, nbytes, _ in phases(row):
+        if (at_step, name, micro) == (step, phase, micro_step):
+            return float(nbytes)
+    raise Missing(f"{row.cell_id}: no {phase} of micro-step {micro_step} in step {step}")
+
+
+def saved_activations_bytes(row: pd.Series) -> float:
+    """Activations kept for backward at the end of the first forward.
+
+    After forward 0: weights, optimizer state, activations (no gradients: they were set to None).
+    After backward 0: weights, optimizer state, gradients. The difference plus the gradients is
+    what the forward saved.
+    """
+    return phase_bytes(row, "forward", 0) - phase_bytes(row, "backward", 0) + float(row.grads_bytes)

@@ -1,0 +1,193 @@
+"""The claims table: verdict rules on fixture rows, the new step variants on tiny models, and a
+table that regenerates byte for byte."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny_grid
+
+from bench.cell import Cell
+from bench.claims.evaluate import evaluate, evaluate_all
+from bench.claims.evidence import saved_activations_bytes
+from bench.claims.registry import ARTICLES, CLAIMS, GB, MB
+from bench.claims.table import write_claims
+from bench.claims.verdict import Check, in_range, verdict_of, within
+from bench.device import detect_device
+from bench.measure.peak import PeakFlops
+from bench.models import build_model, synthetic_batch
+from bench.runner import RunOptions, run_grid
+from bench.spec import load_grid
+from bench.step import train_step
+from bench.worker import CellTask, measure_cell
+
+CLAIM = {claim.id: claim for claim in CLAIMS}
+
+
+# --- verdict rules ------------------------------------------------------------------------------
+
+def test_each_verdict_kind():
+    yes, no = Check("a", "1", True), Check("b", "2", False)
+    assert verdict_of([yes, yes]) == "holds"
+    assert verdict_of([yes, no]) == "partly"
+    assert verdict_of([no, no]) == "does not hold"
+    assert verdict_of([]) == "not testable"
+
+
+def test_tolerance_edges_count_as_within():
+    assert within(1.10, 1.0, 0.10) and within(0.90, 1.0, 0.10)
+    assert not within(1.1001, 1.0, 0.10)
+    assert in_range(6.0, 6, 8) and in_range(8.8, 6, 8, slack=0.10) and not in_range(8.81, 6, 8, slack=0.10)
+
+
+def _write_rows(root: Path, experiment: str, folder: str, rows: list[dict]) -> None:
+    path = root / experiment / folder / "runs.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = sorted({key for row in rows for key in row})
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _state_row(device_type: str, state_bytes: float, status: str = "ok", **extra) -> dict:
+    return {"cell_id": f"vit-8bit-{device_type}", "status": status, "device_type": device_type,
+            "device_name": {"cuda": "NVIDIA H200", "cpu": "Some CPU"}[device_type], "error_message": "",
+            "optimizer": "adamw8bit", "optimizer_state_bytes": state_bytes, "params_bytes": 1.2 * GB, **extra}
+
+
+def test_eight_bit_claim_holds_within_ten_percent_and_not_beyond(tmp_path):
+    _write_rows(tmp_path, "claims_vit_l16", "cpu-x", [_state_row("cpu", 660 * MB)])
+    assert evaluate(CLAIM["000-8bit-adamw"], tmp_path).verdict == "holds"
+    _write_rows(tmp_path, "claims_vit_l16", "cpu-x", [_state_row("cpu", 661 * MB)])
+    assert evaluate(CLAIM["000-8bit-adamw"], tmp_path).verdict == "does not hold"
+
+
+def test_gpu_rows_take_precedence_over_cpu_rows_and_the_table_says_so(tmp_path):
+    _write_rows(tmp_path, "claims_vit_l16", "cpu-x", [_state_row("cpu", 600 * MB)])
+    _write_rows(tmp_path, "claims_vit_l16", "nvidia-h200", [_state_row("cuda", 2.4 * GB)])
+    finding = evaluate(CLAIM["000-8bit-adamw"], tmp_path)
+    assert (finding.source, finding.verdict) == ("cuda", "does not hold")
+    assert "NVIDIA H200" in finding.where and finding.cell_ids == ("vit-8bit-cuda",)
+
+
+def test_a_failed_gpu_row_falls_back_to_the_next_source_and_says_why(tmp_path):
+    _write_rows(tmp_path, "claims_vit_l16", "cpu-x", [_state_row("cpu", 600 * MB)])
+    _write_rows(tmp_path, "claims_vit_l16", "nvidia-h200",
+                [_state_row("cuda", "", status="skipped", error_message="no bitsandbytes")])
+    finding = evaluate(CLAIM["000-8bit-adamw"], tmp_path)
+    assert (finding.source, finding.verdict) == ("cpu", "holds")
+    assert "skipped: no bitsandbytes" in finding.note
+
+
+def test_a_cuda_allocator_claim_is_not_testable_with_cpu_rows_only(tmp_path):
+    _write_rows(tmp_path, "claims_allocator", "cpu-x", [
+        {"cell_id": "c", "status": "skipped", "device_type": "cpu", "device_name": "Some CPU",
+         "error_message": "not testable on cpu", "allocator": "expandable_segments"}])
+    finding = evaluate(CLAIM["004-expandable-segments"], tmp_path)
+    assert finding.verdict == "not testable" and "not testable on CPU" in finding.note
+
+
+def test_the_table_regenerates_byte_for_byte(tmp_path):
+    _write_rows(tmp_path, "claims_vit_l16", "cpu-x", [_state_row("cpu", 600 * MB)])
+    out = tmp_path / "claims" / "cpu-x"
+    first = [path.read_bytes() for path in write_claims(evaluate_all(tmp_path), out)]
+    second = [path.read_bytes() for path in write_claims(evaluate_all(tmp_path), out)]
+    assert first == second
+    text = first[0].decode()
+    assert "../../claims_vit_l16/cpu-x/runs.csv" in text and "`vit-8bit-cpu`" in text
+    assert text.count("\n### ") == len(CLAIMS)
+
+
+# --- the step's variants, measured on tiny models -----------------------------------------------
+
+def _measure(**axes) -> dict:
+    settings = dict(experiment="t", profile="cpu", model="test_resnet", image_size=32, micro_batch=2,
+                    accum_steps=2, precision="fp32", checkpointing="off", optimizer="adamw",
+                    channels_last=False, warmup_steps=1, measured_steps=1) | axes
+    return measure_cell(CellTask(Cell(**settings), detect_device("cpu"), PeakFlops(None, "test"), None))
+
+
+@pytest.fixture(scope="module")
+def leak_rows() -> dict[str, dict]:
+    return {name: _measure(loss_tracking=name, trace_steps=4) for name in ("detached", "live_tensor")}
+
+
+def test_the_live_loss_tensor_keeps_a_growing_graph(leak_rows):
+    nodes = json.loads(leak_rows["live_tensor"]["kept_graph_nodes"])
+    assert len(nodes) == 4 and all(later > earlier for earlier, later in zip(nodes, nodes[1:]))
+    assert json.loads(leak_rows["detached"]["kept_graph_nodes"]) == [0, 0, 0, 0]
+
+
+def test_the_live_loss_keeps_graph_nodes_not_tensors(leak_rows):
+    # backward() frees each graph's saved tensors: tensor memory after each step stays flat
+    # (within one scalar per step) with the live tensor as with the detached one.
+    def after_steps(row: dict) -> list[int]:
+        return [nbytes for _, phase, _, nbytes, _ in json.loads(row["step_memory"]) if phase == "zero_grad"]
+    live, detached = after_steps(leak_rows["live_tensor"]), after_steps(leak_rows["detached"])
+    assert len(live) == 4 and live[-1] - live[0] < 1024 and detached[-1] - detached[0] < 1024
+
+
+def test_every_micro_step_runs_at_the_same_weights(leak_rows):
+    trace = json.loads(leak_rows["detached"]["step_memory"])
+    forwards = {(step, version) for step, phase, _, _, version in trace if phase == "forward"}
+    assert len({version for _, version in forwards}) == len({step for step, _ in forwards}) == 4
+
+
+def test_zero_grad_zeros_keeps_the_gradients_after_the_step():
+    def after_zero_grad(row: dict) -> int:
+        return [nbytes for _, phase, _, nbytes, _ in json.loads(row["step_memory"]) if phase == "zero_grad"][-1]
+    none, zeros = _measure(zero_grad="none"), _measure(zero_grad="zeros")
+    assert after_zero_grad(zeros) - after_zero_grad(none) == none["grads_bytes"] > 0
+
+
+def _head_gradient(aux_loss: str) -> torch.Tensor:
+    torch.manual_seed(0)
+    model = build_model("test_vit", 32)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    batch = synthetic_batch(4, 32, channels_last=False, device="cpu", seed=1)
+    gradients = {}
+    model.head.weight.register_hook(lambda grad: gradients.setdefault("head", grad.clone()))
+    train_step(model, optimizer, [batch, batch], "fp32", aux_loss=aux_loss)
+    return gradients["head"]
+
+
+def test_aux_loss_attached_changes_the_gradient_and_detached_does_not():
+    off, attached, detached = (_head_gradient(name) for name in ("off", "attached", "detached"))
+    assert torch.equal(off, detached)  # seed 000's "fix" removes the term's gradient altogether
+    assert not torch.allclose(off, attached)
+
+
+def test_last_n_checkpointing_lies_between_off_and_full():
+    saved = {mode: saved_activations_bytes(_as_row(_measure(model="test_vit", micro_batch=16, accum_steps=1,
+                                                            optimizer="sgd", checkpointing=mode)))
+             for mode in ("off", "last-1", "full")}
+    assert saved["full"] < saved["last-1"] < saved["off"]
+
+
+def _as_row(measured: dict) -> pd.Series:
+    return pd.Series({**measured, "cell_id": "t"})
+
+
+def test_allocator_setting_is_skipped_on_cpu(write_grid, tmp_path):
+    grid = load_grid(write_grid(tiny_grid("alloc", pairs="[[4, 1]]").replace(
+        'optimizer = ["sgd"]', 'optimizer = ["sgd"]\nallocator = ["expandable_segments"]')), "cpu")
+    [row] = run_grid(grid, detect_device("cpu"), RunOptions(results_root=tmp_path))
+    assert (row["status"], row["error_type"]) == ("skipped", "AllocatorUnavailable")
+
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed articles are not next to the repository")
+def test_every_quote_is_the_articles_own_words():
+    for claim in CLAIMS:
+        article = " ".join((SEEDS / ARTICLES[claim.article].split(" ")[0]).read_text().replace("•", " ").split())
+        for fragment in re.split(r" ?\[\.\.\.\] ?| ?• ", claim.quote):
+            assert " ".join(fragment.split()) in article, (claim.id, fragment)
