@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU validation run: real GPU numbers in results/, measured by the harness itself.
 #
-#   bash scripts/gpu_check.sh [--dry] [RESULTS_ROOT]     (default RESULTS_ROOT: results)
+#   bash scripts/gpu_check.sh [--dry] [--claims] [RESULTS_ROOT]     (default RESULTS_ROOT: results)
 #
 # On one CUDA GPU (sized for < 8 minutes on an H200): ResNet-50 224 px at effective batch 256
 # (experiments/gpu_check/resnet50.toml), ViT-B/16 and ViT-L/16 in bf16
@@ -9,6 +9,9 @@
 # runner against a hand-written loop on one cell, and the measured matmul peak and copy
 # bandwidth; then each results folder's report.
 # --dry runs the same code path on the CPU with tiny models (the grids' CPU profiles).
+# --claims runs the claims grids instead (experiments/claims/, sized for ~10 minutes on an H200;
+# a separate device call) and regenerates results/claims/<device-tag>/CLAIMS.md, whose GPU rows
+# then take precedence over the CPU and estimated ones.
 #
 # Needs torch, timm, pandas, matplotlib, rich and pydantic; bitsandbytes is optional (its
 # cells are then `skipped`). Wheels in .whl/ (git-ignored) are installed first if present,
@@ -17,7 +20,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dry=0
-if [[ ${1:-} == --dry ]]; then dry=1; shift; fi
+claims=0
+while [[ ${1:-} == --* ]]; do
+    case $1 in
+        --dry) dry=1 ;;
+        --claims) claims=1 ;;
+        *) echo "gpu_check.sh: $1: unknown option; allowed: --dry, --claims" >&2; exit 2 ;;
+    esac
+    shift
+done
 root=${1:-results}
 python=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 device=auto
@@ -35,6 +46,12 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # bench itself, installed or 
 
 tag=$("$python" -c "from bench.device import detect_device; print(detect_device('$device').tag)")
 extras="$root/gpu_check/$tag"
+if ((claims)); then
+    echo "Claims on $tag -> $root (dry=$dry)"
+    "$python" -m bench run experiments/claims/*.toml --results "$root" --device "$device"
+    "$python" -m bench claims --results "$root" --device "$device"
+    exit 0
+fi
 echo "GPU check on $tag -> $root (dry=$dry)"
 grids=(experiments/gpu_check/resnet50.toml experiments/gpu_check/vit.toml)
 "$python" -m bench run "${grids[@]}" --results "$root" --device "$device"
