@@ -172,3 +172,24 @@ def test_rows_file_with_missing_columns_gets_a_clear_error(tmp_path, capsys):
     assert main(["report", str(folder)]) == 2
     error = capsys.readouterr().err
     assert len(error.strip().splitlines()) == 1 and "runs.csv" in error
+
+
+def test_data_parallel_cells_get_their_own_table_and_stay_out_of_the_accumulation_comparison(tmp_path):
+    folder = tmp_path / "ddp" / "nvidia-h200"
+    runs = RunsFile(folder / "runs.csv")
+    for micro, accum in ((8, 1), (2, 4)):
+        runs.write(_row(micro, accum) | {"world_size": 1, "ddp_sync": "no_sync"})
+    # Two processes: faster globally, but its per-process rate must not enter the 1-process comparison.
+    two = _row(2, 4) | {"cell_id": "m-2x4-world_size_2", "world_size": 2, "ddp_sync": "every_step",
+                        "samples_per_s": 1.0, "global_samples_per_s": 2.0, "scaling_efficiency": 0.5,
+                        "peak_memory_max_rank_bytes": 3 * GIB, "allreduce_calls_per_step": 4.0,
+                        "allreduce_ms_per_step": 12.0}
+    runs.write(two)
+    build_report(folder)
+    (line,) = pd.read_csv(folder / "accumulation_cost.csv").to_dict("records")
+    assert line["accumulated"] == "2×4" and line["throughput lost (%)"] == pytest.approx(
+        100 * (_row(8, 1)["samples_per_s"] - _row(2, 4)["samples_per_s"]) / _row(8, 1)["samples_per_s"], abs=0.1)
+    report = (folder / "REPORT.md").read_text()
+    assert "## Data parallel" in report
+    assert "| m | 2×4 | 2 | every_step | ok | 3.0 | 2.0 | 0.5 | 4.0 | 12.0 |" in report
+    assert "world_size 2, ddp_sync every_step" in report  # its variant, in the every-cell table

@@ -9,9 +9,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from bench.report.charts import CHARTS
-from bench.report.rows import ReportContext, context_of, load_rows
+from bench.report.rows import ReportContext, at_defaults, context_of, load_rows
 from bench.markdown import markdown_table
-from bench.report.tables import accumulation_cost, cell_table
+from bench.report.tables import accumulation_cost, cell_table, data_parallel
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
 _PNG_METADATA = {"Software": None}
@@ -26,19 +26,20 @@ def build_report(folder: Path) -> list[Path]:
     folder = Path(folder)
     rows = load_rows(folder)
     context = context_of(rows)
+    plain = at_defaults(rows)  # what the charts and the accumulation table compare
     written = []
     for name, chart in CHARTS.items():
-        figure = chart(rows, context)
+        figure = chart(plain, context)
         figure.savefig(folder / name, dpi=100, metadata=_PNG_METADATA)
         plt.close(figure)
         written.append(folder / name)
-    cost = accumulation_cost(rows)
+    cost = accumulation_cost(plain)
     written.append(_write(folder / "accumulation_cost.csv", cost.to_csv(index=False)))
-    written.append(_write(folder / "REPORT.md", _report_text(rows, context, cost)))
+    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost)))
     return written
 
 
-def _report_text(rows: pd.DataFrame, context: ReportContext, cost: pd.DataFrame) -> str:
+def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, cost: pd.DataFrame) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in rows.status.value_counts().sort_index().items())
     peak_sources = "; ".join(sorted(set(rows.peak_flops_source.dropna())))
     commits = ", ".join(sorted({str(c)[:10] for c in rows.get("git_commit", pd.Series(dtype=str)).dropna()}))
@@ -59,9 +60,17 @@ def _report_text(rows: pd.DataFrame, context: ReportContext, cost: pd.DataFrame)
         "",
         markdown_table(cost) if not cost.empty else "_Only one micro-batch split was measured._",
         "",
-        "## Charts",
-        "",
     ]
+    if plain_count < len(rows):
+        lines += [f"The table above and the charts compare the {plain_count} cells with every later axis at its "
+                  "default (one process, the plain step); the others are in \"Every cell\" with their variant.", ""]
+    parallel = data_parallel(rows)
+    if not parallel.empty:
+        lines += ["## Data parallel", "",
+                  "Scaling efficiency: global samples/s over (processes x the 1-process cell's samples/s). "
+                  "All-reduces per step: DDP's bucket all-reduces per optimizer step: one with no_sync, "
+                  "K with every_step when the model is one bucket.", "", markdown_table(parallel), ""]
+    lines += ["## Charts", ""]
     lines += [f"![{name.removesuffix('.png')}]({name})" for name in CHARTS]
     lines += ["", "## Every cell", "", markdown_table(cell_table(rows)), ""]
     return "\n".join(lines)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.cell import extra_axis_defaults
 from bench.results import COLUMNS
 
 # What the report reads; a rows file without these cannot be reported on.
@@ -61,6 +62,25 @@ def context_of(rows: pd.DataFrame) -> ReportContext:
     return ReportContext(experiment=str(rows.experiment.iloc[0]), device_name=str(rows.device_name.iloc[0]),
                          profile=str(rows.profile.iloc[0]),
                          memory_source=str(source.iloc[0]) if len(source) else "")
+
+
+def variant_labels(rows: pd.DataFrame) -> pd.Series:
+    """Per row, the later-added axes away from their default ("world_size 2, ddp_sync every_step"); "" if none."""
+    def text(value: object) -> str:  # a column with gaps reads as floats: 2.0 is the axis value 2
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+    def label(row: pd.Series) -> str:
+        return ", ".join(f"{name} {text(row[name])}" for name, default in extra_axis_defaults().items()
+                         if name in row.index and pd.notna(row[name]) and text(row[name]) != str(default))
+    return rows.apply(label, axis=1) if len(rows) else pd.Series(dtype=str)
+
+
+def at_defaults(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose later-added axes (world size, loss tracking, ...) are all at their default:
+    single-process cells of the plain step, which the charts and the accumulation table compare.
+    All rows when none qualifies."""
+    plain = rows[variant_labels(rows) == ""]
+    return plain if len(plain) else rows
 
 
 def reference_optimizer(rows: pd.DataFrame) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.rows import PRECISION_ORDER, ordered, pair_label, reference_optimizer
+from bench.report.rows import PRECISION_ORDER, ordered, pair_label, reference_optimizer, variant_labels
 from bench.units import GIB
 
 
@@ -12,6 +12,7 @@ def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per cell, rounded, units in the headers."""
     def gib(column: str) -> pd.Series:
         return (rows[column] / GIB).round(3)
+    variants = variant_labels(rows)
     return pd.DataFrame({
         "model": rows.model,
         "image (px)": rows.image_size,
@@ -19,6 +20,7 @@ def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
         "precision": rows.precision,
         "ckpt": rows.checkpointing,
         "optimizer": rows.optimizer,
+        **({"variant": variants} if (variants != "").any() else {}),
         "status": rows.status,
         "peak (GiB)": gib("peak_memory_bytes"),
         "reserved (GiB)": gib("peak_reserved_bytes"),
@@ -72,3 +74,21 @@ def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accum
         "MFU large (%)": value(large, "mfu_pct", 2),
         "MFU accumulated (%)": value(accumulated, "mfu_pct", 2),
     }
+
+
+def data_parallel(rows: pd.DataFrame) -> pd.DataFrame:
+    """The DDP columns of every cell that has a world size (empty when none ran on several processes)."""
+    if "world_size" not in rows or not (rows.world_size > 1).any():
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "model": rows.model,
+        "micro×K": [pair_label(m, k) for m, k in zip(rows.micro_batch, rows.accum_steps)],
+        "processes": rows.world_size,
+        "sync": rows.ddp_sync.where(rows.world_size > 1, "-"),
+        "status": rows.status,
+        "peak per rank, max (GiB)": (rows.peak_memory_max_rank_bytes / GIB).round(3),
+        "global samples/s": rows.global_samples_per_s.round(2),
+        "scaling efficiency": rows.scaling_efficiency.round(3),
+        "all-reduces per step": rows.allreduce_calls_per_step,
+        "all-reduce (ms/step)": rows.allreduce_ms_per_step.round(1),
+    })
