@@ -317,6 +317,8 @@ def _format_error(error: dict, model: type[BaseModel], path: Path, prefix: tuple
         return f"{path}: {key}: {value!r} is not allowed; allowed: {error['ctx']['expected']}"
     if kind in ("greater_than", "greater_than_equal"):
         return f"{path}: {key}: {value!r} is not allowed; must be {error['msg'].removeprefix('Input should be ')}"
+    if kind == "string_pattern_mismatch":
+        return f"{path}: {key}: {value!r} is not allowed; must match {error['ctx']['pattern']}"
     if kind == "value_error":
         return f"{path}: {key}: {error['msg'].removeprefix('Value error, ')}"
     return f"{path}: {key}: {error['msg']} (got {value!r})"

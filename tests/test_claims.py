@@ -14,6 +14,7 @@ import torch
 from conftest import tiny_grid
 
 from bench.cell import Cell
+from bench.cli import main
 from bench.claims.evaluate import evaluate, evaluate_all
 from bench.claims.evidence import saved_activations_bytes
 from bench.claims.registry import ARTICLES, CLAIMS, GB, MB
@@ -191,3 +192,11 @@ def test_every_quote_is_the_articles_own_words():
         article = " ".join((SEEDS / ARTICLES[claim.article].split(" ")[0]).read_text().replace("•", " ").split())
         for fragment in re.split(r" ?\[\.\.\.\] ?| ?• ", claim.quote):
             assert " ".join(fragment.split()) in article, (claim.id, fragment)
+
+
+def test_claims_without_any_claims_rows_is_bad_input_and_writes_nothing(tmp_path, capsys):
+    root = tmp_path / "empty"
+    root.mkdir()
+    assert main(["claims", "--results", str(root)]) == 2
+    assert "no claims rows" in capsys.readouterr().err
+    assert list(root.iterdir()) == []

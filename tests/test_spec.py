@@ -79,7 +79,8 @@ def test_exclude_drops_matching_cells(write_grid):
 
 
 @pytest.mark.parametrize("grid_name", ["smoke", "resnet50", "vit_b16", "vit_l16", "ddp", "gpu_check/resnet50",
-                                       "gpu_check/vit"])
+                                       "gpu_check/vit"] + [f"claims/{path.stem}" for path in
+                                                           sorted((REPO / "experiments" / "claims").glob("*.toml"))])
 def test_shipped_grids_are_valid_on_both_profiles(grid_name):
     for profile in ("cuda", "cpu"):
         assert load_grid(REPO / "experiments" / f"{grid_name}.toml", profile).cells
@@ -105,6 +106,9 @@ BAD = [
     ("pair product", "pairs = [[4, 1], [2, 2]]", "pairs = [[4, 1], [2, 3]]", "grid.pairs", "not effective_batch = 4"),
     ("unknown precision", 'precision = ["fp32"]', 'precision = ["fp8"]', "grid.precision[0]", "'fp32', 'bf16' or 'fp16'"),
     ("unknown model", 'model = ["test_vit"]', 'model = ["resnet_50"]', "grid.model[0]", "did you mean"),
+    ("checkpointing mode", 'precision = ["fp32"]', 'precision = ["fp32"]\ncheckpointing = ["last-0"]',
+     "grid.checkpointing[0]", "last-[1-9]"),
+    ("world size", 'precision = ["fp32"]', 'precision = ["fp32"]\nworld_size = [0]', "grid.world_size", ">= 1"),
 ]
 
 

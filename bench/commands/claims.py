@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.commands.common import add_device_option
 from bench.device import detect_device
+from bench.results import ResultsFileError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -22,6 +23,10 @@ def run_claims(args: argparse.Namespace) -> int:
     from bench.claims.evaluate import evaluate_all
     from bench.claims.table import write_claims
 
+    measured = sorted(args.results.glob("claims_*/*/runs.csv"))
+    if not any(path.parts[-3] != "claims_autotune" for path in measured):
+        raise ResultsFileError(f"--results {args.results}: no claims rows (claims_*/<device-tag>/runs.csv) "
+                               "under it; run `make claims` (or `bench run experiments/claims/*.toml`) first")
     print(f"autotune rows: {ensure_autotune_rows(args.results)}")
     findings = evaluate_all(args.results)
     out_dir = args.results / "claims" / detect_device(args.device).tag
