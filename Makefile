@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench-resnet bench-vit bench-ddp bench-smoke bench-overhead charts equivalence cost estimate estimate-speed claims clean
+.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-smoke bench-overhead charts equivalence cost estimate estimate-speed claims clean
 
 install: $(STAMP)
 
@@ -14,8 +14,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Every test, doctests included; test-fast leaves out those marked slow (they start processes).
 test: install
 	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench-resnet: install
 	$(BIN)/bench run experiments/resnet50.toml
@@ -34,15 +38,16 @@ bench-smoke: install
 bench-overhead: install
 	$(BIN)/python scripts/bench_overhead.py
 
-# Every results folder's charts and REPORT.md, regenerated from its rows (estimates are not measurements).
+# Every results folder's charts and REPORT.md, regenerated from its rows (estimates are not measurements),
+# and the equivalence study's tables from its CSV.
 MEASURED_RUNS = $(filter-out results/%/estimate/runs.csv,$(wildcard results/*/*/runs.csv))
-RESULT_FOLDERS = $(sort $(dir $(MEASURED_RUNS)))
+RESULT_FOLDERS = $(sort $(dir $(MEASURED_RUNS)) $(dir $(wildcard results/equivalence/*/equivalence.csv)))
 charts: install
 	$(if $(RESULT_FOLDERS),$(BIN)/bench report $(RESULT_FOLDERS),@echo "no results/*/*/runs.csv to report on yet")
 
 # One step as one batch and as K micro-batches, every variant -> results/equivalence/<device>/.
 equivalence: install
-	$(BIN)/python scripts/equivalence_study.py
+	$(BIN)/bench equivalence --study
 
 # Dollars per run for every results folder -> <folder>/cost/ (folders without ok rows are skipped).
 # CPU-profile rows are priced only as labelled projections: make cost COST_FLAGS=--allow-cpu-projection

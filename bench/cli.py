@@ -8,23 +8,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
-from bench.catalog import CatalogError
 from bench.commands import GROUPS
-from bench.commands.common import EXIT_BAD_INPUT
-from bench.device import DeviceUnavailable
-from bench.plan import PlanError
-from bench.results import ResultsFileError
-from bench.spec import SpecError
+from bench.errors import BadInput, OptionError
+
+EXIT_BAD_INPUT = 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
     try:
+        args = _parser().parse_args(argv)
         return args.handler(args)
-    except (SpecError, ResultsFileError, DeviceUnavailable, CatalogError, PlanError) as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+    except BadInput as exc:
+        print(f"{getattr(exc, 'prog', 'bench')}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
@@ -34,8 +32,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistake raised as one `OptionError` line instead of usage text and exit."""
+
+    def error(self, message: str) -> None:
+        where = re.sub(r"^argument ([^:]+): ", r"\1: ", message)  # "argument --x: ..." -> "--x: ..."
+        problem = OptionError(f"{where} (see {self.prog} --help)")
+        problem.prog = self.prog
+        raise problem
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench", description=__doc__)
+    parser = _Parser(prog="bench", description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(commands)

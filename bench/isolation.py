@@ -15,7 +15,7 @@ def fork_server() -> multiprocessing.context.BaseContext:
     """A process context whose children start with torch, timm and the worker imported."""
     context = multiprocessing.get_context("forkserver")
     # bench.cli too: each child re-imports the main module (the `bench` script) before it starts.
-    context.set_forkserver_preload(["bench.worker", "bench.cli"])
+    context.set_forkserver_preload(["bench.run.cell_measurement", "bench.cli"])
     return context
 
 

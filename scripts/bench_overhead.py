@@ -16,17 +16,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cell import Cell
-from bench.device import detect_device
+from bench.grid.cell import Cell
+from bench.isolation import call_in_child, fork_server
+from bench.measure.device import detect_device
 from bench.measure.flops import flops_per_sample
 from bench.measure.peak import device_peak
-from bench.isolation import fork_server
-from bench.launch import run_isolated
-from bench.worker import CellTask
+from bench.results.provenance import provenance, utc_now
+from bench.run.cell_measurement import CellTask
+from bench.run.cell_process import run_isolated
 
 
-def hand_written_loop(conn, model_name, image_size, micro_batch, accum_steps, warmup, steps, device_type):
-    """The plainest correct loop: nothing shared with bench's step, timing or models."""
+def hand_written_loop(model_name, image_size, micro_batch, accum_steps, warmup, steps, device_type) -> float:
+    """The plainest correct loop, nothing shared with bench's step, timing or models: its samples/s."""
     import timm
     import torch
     import torch.nn.functional as F
@@ -55,8 +56,7 @@ def hand_written_loop(conn, model_name, image_size, micro_batch, accum_steps, wa
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - began)
-    conn.send(micro_batch * accum_steps / statistics.median(times))
-    conn.close()
+    return micro_batch * accum_steps / statistics.median(times)
 
 
 def main() -> None:
@@ -81,20 +81,15 @@ def main() -> None:
     task = CellTask(cell, device, device_peak(device, "fp32"),
                     flops_per_sample(cell.model, cell.image_size, "off"))
     context = fork_server()
+    stamp = {**provenance(), "started_utc": utc_now()}
     runner_rates, hand_rates = [], []
     for round_index in range(args.rounds):
         row = run_isolated(task, 1800, context)
         if row["status"] != "ok":
             raise SystemExit(f"runner cell failed: {row}")
         runner_rates.append(row["samples_per_s"])
-        receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=hand_written_loop, args=(
-            sender, cell.model, cell.image_size, cell.micro_batch, cell.accum_steps,
-            cell.warmup_steps, cell.measured_steps, device.type))
-        process.start()
-        sender.close()
-        hand_rates.append(receiver.recv())
-        process.join()
+        hand_rates.append(call_in_child(hand_written_loop, cell.model, cell.image_size, cell.micro_batch,
+                                        cell.accum_steps, cell.warmup_steps, cell.measured_steps, device.type))
         print(f"round {round_index + 1}: runner {runner_rates[-1]:.2f} samples/s, "
               f"hand-written {hand_rates[-1]:.2f} samples/s")
     runner, hand = statistics.median(runner_rates), statistics.median(hand_rates)
@@ -108,7 +103,7 @@ def main() -> None:
     pd.DataFrame([{"cell_id": cell.cell_id, "device_name": device.name, "device_type": device.type,
                    "rounds": args.rounds, "runner_samples_per_s": runner,
                    "hand_written_samples_per_s": hand, "ratio": runner / hand,
-                   "round_ratio_min": min(ratios), "round_ratio_max": max(ratios)}]).to_csv(out, index=False)
+                   "round_ratio_min": min(ratios), "round_ratio_max": max(ratios), **stamp}]).to_csv(out, index=False)
     print(f"wrote {out}")
 
 

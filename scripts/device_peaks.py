@@ -9,33 +9,16 @@ MFU can be read against both. Writes a CSV (one line per quantity) and prints it
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from bench.device import detect_device
-from bench.hardware import find_gpu
-from bench.measure.peak import measure_matmul_peak
-from bench.step import configure_precision
-
-
-def copy_bandwidth(device: torch.device, nbytes: int, repeats: int = 10) -> float:
-    """Best bytes/s of a device-to-device copy, counting the read and the write."""
-    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    target = torch.empty_like(source)
-    target.copy_(source)
-    best = float("inf")
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        began = time.perf_counter()
-        target.copy_(source)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - began)
-    return 2 * nbytes / best
+from bench.measure.device import detect_device
+from bench.measure.hardware import find_gpu
+from bench.measure.peak import measure_copy_bandwidth, measure_matmul_peak
+from bench.results.provenance import provenance, utc_now
+from bench.train.step import configure_precision
 
 
 def main() -> None:
@@ -43,6 +26,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    started = utc_now()
     info = detect_device(args.device)
     device = torch.device(info.type)
     gpu = find_gpu(info.name) if info.type == "cuda" else None
@@ -55,10 +39,11 @@ def main() -> None:
                       "datasheet": (gpu.peak_flops_per_s(precision) or 0) / 1e12 if gpu else None,
                       "method": f"best torch.matmul {side}x{side} {precision}, >= 1 s of samples"})
     nbytes = 2**30 if info.type == "cuda" else 2**28
-    lines.append({"quantity": "copy_gb_per_s", "measured": round(copy_bandwidth(device, nbytes) / 1e9, 1),
+    lines.append({"quantity": "copy_gb_per_s", "measured": round(measure_copy_bandwidth(device, nbytes) / 1e9, 1),
                   "datasheet": None,
                   "method": f"best of 10 copies of {nbytes // 2**20} MiB, read + write bytes / time"})
-    table = pd.DataFrame(lines).assign(device_name=info.name, device_type=info.type)
+    table = pd.DataFrame(lines).assign(device_name=info.name, device_type=info.type, **provenance(),
+                                       started_utc=started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)
     print(table.to_string(index=False))

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from bench.cell import Cell
-from bench.estimate import FakeModels, estimate_cell
+from bench.grid.cell import Cell
+from bench.memory.estimate import FakeModels, estimate_cell
 from bench.units import GIB
 
 COMBINATIONS = (("bf16", "off", "adamw"), ("fp32", "off", "sgd"), ("bf16", "full", "adamw"))

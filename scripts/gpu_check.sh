@@ -5,7 +5,7 @@
 #
 # On one CUDA GPU (sized for < 8 minutes on an H200): ResNet-50 224 px at effective batch 256
 # (experiments/gpu_check/resnet50.toml), ViT-B/16 and ViT-L/16 in bf16
-# (experiments/gpu_check/vit.toml), the estimator's prediction beside each measured cell, the
+# (experiments/gpu_check/vit.toml), the estimator's prediction beside each measured cell (in each REPORT.md), the
 # runner against a hand-written loop on one cell, and the measured matmul peak and copy
 # bandwidth; then each results folder's report.
 # --dry runs the same code path on the CPU with tiny models (the grids' CPU profiles).
@@ -44,7 +44,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # bench itself, installed or not
 
-tag=$("$python" -c "from bench.device import detect_device; print(detect_device('$device').tag)")
+tag=$("$python" -c "from bench.measure.device import detect_device; print(detect_device('$device').tag)")
 extras="$root/gpu_check/$tag"
 if ((claims)); then
     echo "Claims on $tag -> $root (dry=$dry)"
@@ -56,13 +56,12 @@ echo "GPU check on $tag -> $root (dry=$dry)"
 grids=(experiments/gpu_check/resnet50.toml experiments/gpu_check/vit.toml)
 "$python" -m bench run "${grids[@]}" --results "$root" --device "$device"
 # The estimator needs no GPU: its CUDA-profile rows are committed, so only a missing file is made here.
+# Each measured folder's report then sets the estimate beside the measurement (estimate_vs_measured.csv).
 profile=cuda; ((dry)) && profile=cpu
 for experiment in gpu_check_resnet50 gpu_check_vit; do
     if [[ ! -f "$root/$experiment/estimate/runs.csv" ]] || ((dry)); then
         "$python" -m bench estimate --profile "$profile" --results "$root" "experiments/gpu_check/${experiment#gpu_check_}.toml"
     fi
-    "$python" scripts/estimate_vs_measured.py "$root/$experiment/$tag" "$root/$experiment/estimate" \
-        --out "$extras/estimate_vs_measured_${experiment#gpu_check_}.csv"
 done
 "$python" scripts/bench_overhead.py --device "$device" --out "$extras/overhead.csv" "${overhead[@]}"
 "$python" scripts/device_peaks.py --device "$device" --out "$extras/device_peaks.csv"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import multiprocessing.process
 import os
 import subprocess
 import sys
@@ -12,6 +13,27 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_slow_tests(request, monkeypatch):
+    """A test that starts a process (a cell, torchrun, the `bench` command) must be marked `slow`,
+    so that `make test-fast` leaves it out: unmarked, it fails here instead of running slowly."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("this test starts a process: mark it @pytest.mark.slow")
+
+    class GitOnly(subprocess.Popen):  # git (provenance) is a quick read; interpreters and torchrun are not
+        def __init__(self, args, *rest, **kwargs):
+            program = args[0] if isinstance(args, (list, tuple)) else str(args).split()[0]
+            if Path(str(program)).name != "git":
+                refuse()
+            super().__init__(args, *rest, **kwargs)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    monkeypatch.setattr(subprocess, "Popen", GitOnly)
 
 
 @pytest.fixture

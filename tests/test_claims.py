@@ -3,7 +3,6 @@ table that regenerates byte for byte."""
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from pathlib import Path
@@ -13,20 +12,21 @@ import pytest
 import torch
 from conftest import tiny_grid
 
-from bench.cell import Cell
-from bench.cli import main
 from bench.claims.evaluate import evaluate, evaluate_all
 from bench.claims.evidence import saved_activations_bytes
 from bench.claims.registry import ARTICLES, CLAIMS, GB, MB
 from bench.claims.table import write_claims
 from bench.claims.verdict import Check, in_range, verdict_of, within
-from bench.device import detect_device
+from bench.cli import main
+from bench.grid.cell import Cell
+from bench.grid.spec import load_grid
+from bench.measure.device import detect_device
 from bench.measure.peak import PeakFlops
-from bench.models import build_model, synthetic_batch
-from bench.runner import RunOptions, run_grid
-from bench.spec import load_grid
-from bench.step import train_step
-from bench.worker import CellTask, measure_cell
+from bench.results.store import RunsFile
+from bench.run.cell_measurement import CellTask, measure_cell
+from bench.run.grid_runner import RunOptions, run_grid
+from bench.train.models import build_model, synthetic_batch
+from bench.train.step import train_step
 
 CLAIM = {claim.id: claim for claim in CLAIMS}
 
@@ -49,12 +49,10 @@ def test_tolerance_edges_count_as_within():
 
 def _write_rows(root: Path, experiment: str, folder: str, rows: list[dict]) -> None:
     path = root / experiment / folder / "runs.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    columns = sorted({key for row in rows for key in row})
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    path.unlink(missing_ok=True)
+    runs = RunsFile(path)
+    for row in rows:
+        runs.write(row)
 
 
 def _state_row(device_type: str, state_bytes: float, status: str = "ok", **extra) -> dict:
@@ -176,6 +174,7 @@ def _as_row(measured: dict) -> pd.Series:
     return pd.Series({**measured, "cell_id": "t"})
 
 
+@pytest.mark.slow
 def test_allocator_setting_is_skipped_on_cpu(write_grid, tmp_path):
     grid = load_grid(write_grid(tiny_grid("alloc", pairs="[[4, 1]]").replace(
         'optimizer = ["sgd"]', 'optimizer = ["sgd"]\nallocator = ["expandable_segments"]')), "cpu")

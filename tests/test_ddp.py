@@ -3,7 +3,6 @@ batch, a rank that dies, and the rows a data-parallel grid writes."""
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
 import socket
@@ -14,20 +13,20 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-import bench.distributed
-from bench.cell import Cell
-from bench.ddp_worker import FAIL_EXIT_CODE, FAIL_RANK_ENV, DdpDistribution
-from bench.device import DeviceInfo
-from bench.distributed import aggregate, scaling_efficiency, threads_per_rank
-from bench.measure.peak import PeakFlops
-from bench.models import build_model, synthetic_batch
-from bench.results import RunsFile
-from bench.runner import fill_scaling_efficiency
-from bench.spec import SpecError, load_grid, with_world_size
-from bench.step import accumulate_gradients
-from bench.worker import CellTask
 from conftest import read_rows, run_bench, tiny_grid
+
+from bench.errors import GridFileError
+from bench.grid.cell import Cell
+from bench.grid.spec import load_grid, with_world_size
+from bench.measure.device import DeviceInfo
+from bench.measure.peak import PeakFlops
+from bench.results.store import RunsFile
+from bench.run.cell_measurement import CellTask
+from bench.run.ddp_launch import aggregate, scaling_efficiency, threads_per_rank
+from bench.run.ddp_rank import FAIL_EXIT_CODE, FAIL_RANK_ENV, DdpDistribution
+from bench.run.grid_runner import fill_scaling_efficiency
+from bench.train.models import build_model, synthetic_batch
+from bench.train.step import accumulate_gradients
 
 WORLD_SIZE, ACCUM_STEPS, GLOBAL_BATCH = 2, 4, 16
 
@@ -73,6 +72,7 @@ def ddp_ranks(tmp_path_factory):
     return [torch.load(out_dir / f"rank{rank}.pt") for rank in range(WORLD_SIZE)]
 
 
+@pytest.mark.slow
 def test_one_synchronising_all_reduce_per_step_with_no_sync_and_k_without(ddp_ranks):
     for rank in ddp_ranks:
         assert rank["no_sync"]["synced_backwards"] == 1
@@ -81,6 +81,7 @@ def test_one_synchronising_all_reduce_per_step_with_no_sync_and_k_without(ddp_ra
         assert rank["no_sync"]["bucket_calls"] == 1 and rank["every_step"]["bucket_calls"] == ACCUM_STEPS
 
 
+@pytest.mark.slow
 def test_ddp_gradients_equal_the_single_process_large_batch_gradients(ddp_ranks):
     model = _fresh_model()
     accumulate_gradients(model, [_global_batch()], "fp32")
@@ -92,6 +93,7 @@ def test_ddp_gradients_equal_the_single_process_large_batch_gradients(ddp_ranks)
             assert worst < 1e-5, (sync, worst)
 
 
+@pytest.mark.slow
 def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_reduce_counts(write_grid, tmp_path):
     grid = write_grid(tiny_grid("ddp", effective_batch=6, pairs="[[2, 3]]",
                                 extra_run="").replace('optimizer = ["sgd"]',
@@ -121,6 +123,7 @@ def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_red
     assert float(synced_always["allreduce_calls_per_step"]) == 3
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_is_an_error_row_and_the_grid_goes_on(write_grid, tmp_path, monkeypatch):
     grid = write_grid(tiny_grid("dies", pairs="[[4, 1], [2, 2]]").replace(
         'optimizer = ["sgd"]',
@@ -204,11 +207,7 @@ def test_world_size_axis_expands_once_per_process_count_and_nproc_overrides_it(w
     assert len(grid.cells) == 6
     assert {(c.world_size, c.ddp_sync) for c in with_world_size(grid, 4).cells} == {(4, "no_sync"), (4, "every_step")}
     assert len(with_world_size(grid, 1).cells) == 2
-    with pytest.raises(SpecError, match=r"grid.world_size: world sizes must be whole numbers >= 1, got \[0\]"):
+    with pytest.raises(GridFileError, match=r"grid.world_size\[0\]: 0 is not allowed; must be >= 1"):
         load_grid(write_grid(tiny_grid("bad").replace('optimizer = ["sgd"]', 'optimizer = ["sgd"]\nworld_size = 0'),
                              "bad.toml"), "cpu")
 
-
-def test_docstring_examples_hold():
-    result = doctest.testmod(bench.distributed)
-    assert result.attempted > 0 and result.failed == 0

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from conftest import read_rows
 
 from bench.cli import main
-from bench.equivalence import (EquivalenceError, Settings, compare, prepare, relative_l2, split_sizes)
-from conftest import REPO, read_rows
+from bench.equivalence.compare import (
+    EquivalenceError,
+    Settings,
+    compare,
+    prepare,
+    relative_l2,
+    split_sizes,
+)
 
 FP32_TOLERANCE = 1e-5
 
@@ -130,10 +134,9 @@ def test_cli_bad_input_is_one_line_naming_the_option(capsys, args, option, allow
     assert f": {option}: " in error and allowed in error, error
 
 
-def test_study_script_writes_table_chart_and_csv(tmp_path):
-    result = _run_study("--models", "test_resnet,test_vit", "--accum", "1,2", "--effective-batch", "8",
-                              "--out", str(tmp_path))
-    assert result.returncode == 0, result.stderr
+def test_study_writes_table_chart_and_csv_and_the_tables_regenerate_from_the_csv(tmp_path, capsys):
+    assert main(["equivalence", "--study", "test_resnet", "test_vit", "--accum", "1,2", "--effective-batch", "8",
+                 "--out", str(tmp_path)]) == 0
     rows = read_rows(tmp_path / "equivalence.csv")
     measured = {(row["model"], row["variant"], row["accum_steps"]): row for row in rows if row["status"] == "ok"}
     assert measured[("test_resnet", "correct", "2")]["equivalent"] == "False"
@@ -142,10 +145,7 @@ def test_study_script_writes_table_chart_and_csv(tmp_path):
     skipped = [row for row in rows if row["status"] == "skipped"]
     assert {row["variant"] for row in skipped} == {"frozen_bn", "groupnorm"}  # test_vit has no BatchNorm
     assert (tmp_path / "equivalence.png").stat().st_size > 0
-    assert "| test_resnet | correct |" in (tmp_path / "equivalence.md").read_text()
-
-
-def _run_study(*args: str) -> subprocess.CompletedProcess:
-    # PYTHONPATH: this checkout's `bench`, whichever checkout the environment was installed from.
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "equivalence_study.py"), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    table = (tmp_path / "equivalence.md").read_text()
+    assert "| test_resnet | correct |" in table
+    assert main(["report", str(tmp_path)]) == 0
+    assert (tmp_path / "equivalence.md").read_text() == table

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import pytest
-
-from bench.cell import Cell
-from bench.device import DeviceInfo
-from bench.estimate import (
-    CUDA_BLOCK_BYTES, CUDA_SEGMENT_BYTES, WORKSPACE_ALLOWANCE_BYTES, FakeModels, estimate_cell,
-)
-from bench.estimate_grid import ESTIMATE_COLUMNS
-from bench.measure.peak import PeakFlops
-from bench.worker import CellTask, measure_cell
 from conftest import read_rows, run_bench
+
+from bench.grid.cell import Cell
+from bench.measure.device import DeviceInfo
+from bench.measure.peak import PeakFlops
+from bench.memory.estimate import (
+    CUDA_BLOCK_BYTES,
+    CUDA_SEGMENT_BYTES,
+    WORKSPACE_ALLOWANCE_BYTES,
+    FakeModels,
+    estimate_cell,
+)
+from bench.memory.estimate_grid import ESTIMATE_COLUMNS
+from bench.run.cell_measurement import CellTask, measure_cell
 
 CPU = DeviceInfo("cpu", "test cpu", ("fp32", "bf16", "fp16"), 2)
 
@@ -76,6 +80,7 @@ def test_peak_grows_with_the_micro_batch_and_falls_with_checkpointing():
     assert full < peaks[2]
 
 
+@pytest.mark.slow
 def test_estimate_command_writes_rows_and_chart(tmp_path):
     results = tmp_path / "results"
     done = run_bench("estimate", "experiments/smoke.toml", "--results", str(results))
@@ -95,6 +100,7 @@ def test_estimate_command_writes_rows_and_chart(tmp_path):
     assert all(r["fits_gpus"] == "" and r["peak_allocated_bytes"] == "" for r in rows if r["profile"] == "cpu")
 
 
+@pytest.mark.slow
 def test_estimate_of_a_missing_grid_is_one_line_and_exit_2(tmp_path):
     result = run_bench("estimate", str(tmp_path / "nowhere.toml"))
     assert result.returncode == 2

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from bench.cell import Cell
-from bench.device import DeviceInfo, detect_device
-from bench.executors import LocalExecutor, SlurmExecutor, SlurmOptions, job_outcome, make_executor, target_device
-from bench.results import COLUMNS
-from bench.runner import RunOptions, run_grid
-from bench.measure.peak import PeakFlops
-from bench.spec import load_grid
-from bench.worker import CellTask
+import pytest
 from conftest import read_rows, tiny_grid
+
+from bench.grid.cell import Cell
+from bench.grid.spec import load_grid
+from bench.measure.device import DeviceInfo, detect_device
+from bench.measure.peak import PeakFlops
+from bench.results.store import COLUMNS
+from bench.run.cell_measurement import CellTask
+from bench.run.executors import (
+    LocalExecutor,
+    SlurmExecutor,
+    SlurmOptions,
+    job_outcome,
+    make_executor,
+    target_device,
+)
+from bench.run.grid_runner import RunOptions, run_grid
 
 
 def test_the_local_executor_is_the_default():
@@ -19,6 +28,7 @@ def test_the_local_executor_is_the_default():
     assert isinstance(make_executor(options.executor, options.slurm), LocalExecutor)
 
 
+@pytest.mark.slow
 def test_cells_run_as_submitit_jobs_write_the_same_rows_and_resume(write_grid, tmp_path):
     grid = load_grid(write_grid(tiny_grid("jobs")), "cpu")
     slurm = SlurmOptions(folder=tmp_path / "jobs", cluster="local", poll_s=0.2)

@@ -7,17 +7,17 @@ import json
 import pytest
 import torch
 
-from bench.cell import Cell
-from bench.device import DeviceInfo
-from bench.hardware import find_gpu
+from bench.grid.cell import Cell
+from bench.measure.device import DeviceInfo
 from bench.measure.flops import flops_per_sample
+from bench.measure.hardware import find_gpu
 from bench.measure.memory import optimizer_state_bytes, unique_tensor_bytes
 from bench.measure.peak import PeakFlops, device_peak
 from bench.measure.timing import summarize_step_times
 from bench.measure.utilization import samples_per_s, utilization_pct
-from bench.models import build_model
-from bench.optim import build_optimizer
-from bench.worker import CellTask, measure_cell
+from bench.run.cell_measurement import CellTask, measure_cell
+from bench.train.models import build_model
+from bench.train.optim import build_optimizer
 
 CPU = DeviceInfo("cpu", "test cpu", ("fp32", "bf16", "fp16"), 2)
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import pytest
-
-from bench.estimate import estimate_cell
-from bench.probe import (
-    Budget, ProbeConfig, doubling_search, probe_on_device, search_largest,
-)
-from bench.device import detect_device
-from bench.units import GIB
 from conftest import run_bench
+
+from bench.measure.device import detect_device
+from bench.memory.estimate import estimate_cell
+from bench.memory.probe import (
+    Budget,
+    ProbeConfig,
+    doubling_search,
+    probe_on_device,
+    search_largest,
+)
+from bench.units import GIB
 
 
 @pytest.mark.parametrize("limit", [1, 7, 63, 64, 100, 1000, 5000])
@@ -30,8 +34,9 @@ def test_a_bad_guess_still_finds_the_limit(guess):
     assert search_largest(lambda n: True, guess=guess, max_batch=512).largest == 512
 
 
+@pytest.mark.slow
 def test_probe_finds_the_limit_under_an_imposed_cap_in_fewer_trials_than_doubling():
-    config = ProbeConfig(model="test_resnet", image_size=64, precision="fp32", optimizer="sgd")
+    config = ProbeConfig.of("test_resnet", image_size=64, precision="fp32", optimizer="sgd")
     limit_gib = 0.4  # about 100 samples: a few seconds per trial
     budget = Budget(limit_gib * GIB, "test cap", device=detect_device("cpu"))
     result = probe_on_device(config, budget, limit_gib, timeout_s=120)
@@ -45,13 +50,14 @@ def test_probe_finds_the_limit_under_an_imposed_cap_in_fewer_trials_than_doublin
     assert abs(result.predicted.largest - found.largest) <= 0.5 * found.largest
 
 
+@pytest.mark.slow
 def test_probe_answers_from_the_estimator_for_a_memory_size():
     done = run_bench("probe", "test_vit", "--image-size", "32", "--precision", "bf16", "--accum-steps", "2",
                      "--memory-gib", "0.25")
     assert done.returncode == 0, done.stderr
     line = next(l for l in done.stdout.splitlines() if l.startswith("predicted largest micro-batch"))
     largest = int(line.split(":")[1].split()[0])
-    config = ProbeConfig(model="test_vit", image_size=32, precision="bf16", accum_steps=2)
+    config = ProbeConfig.of("test_vit", accum_steps=2, image_size=32, precision="bf16")
 
     def need_bytes(micro_batch: int) -> float:
         return estimate_cell(config.cell(micro_batch, "cuda"), "cuda").peak_reserved_bytes * 1.10
@@ -65,6 +71,7 @@ def test_probe_answers_from_the_estimator_for_a_memory_size():
     (["no_such_model", "--memory-gib", "1"], "MODEL"),
     (["test_vit", "--device", "cpu"], "--memory-limit-gib"),
 ])
+@pytest.mark.slow
 def test_bad_probe_input_is_one_line_naming_the_option_and_exit_2(args, option):
     result = run_bench("probe", *args)
     assert result.returncode == 2

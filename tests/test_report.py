@@ -9,12 +9,21 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
+from bench.errors import ResultsFileError
+from bench.grid.cell import extra_axis_defaults
 from bench.report import build_report
-from bench.report.charts import (CHARTS, memory_by_micro_batch, memory_sawtooth, memory_throughput_tradeoff,
-                                 optimizers_side_by_side, pareto_frontier, throughput_and_mfu)
-from bench.report.rows import RowsError, context_of, load_rows
+from bench.report.charts import (
+    CHARTS,
+    memory_by_micro_batch,
+    memory_sawtooth,
+    memory_throughput_tradeoff,
+    optimizers_side_by_side,
+    pareto_frontier,
+    throughput_and_mfu,
+)
+from bench.report.rows import context_of, load_rows
 from bench.report.tables import accumulation_cost
-from bench.results import RunsFile
+from bench.results.store import RunsFile
 from bench.units import GIB
 
 PAIRS = [(8, 1), (4, 2), (2, 4)]
@@ -26,7 +35,7 @@ def _row(micro, accum, precision="fp32", ckpt="off", optimizer="adamw", status="
     state = {"adamw": 2 * params, "adamw8bit": params // 4, "sgd": params}[optimizer]
     activations = micro * GIB // (2 if precision == "bf16" else 1) // (3 if ckpt == "full" else 1)
     rate = 100.0 * (1 + micro / 8) * (1.5 if precision == "bf16" else 1)
-    row = {"cell_id": f"m-{micro}x{accum}-{precision}-{ckpt}-{optimizer}", "experiment": "fixture",
+    row = {**extra_axis_defaults(), "cell_id": f"m-{micro}x{accum}-{precision}-{ckpt}-{optimizer}", "experiment": "fixture",
            "profile": "cuda", "model": "m", "image_size": 224, "micro_batch": micro, "accum_steps": accum,
            "effective_batch": micro * accum, "precision": precision, "checkpointing": ckpt,
            "optimizer": optimizer, "device_type": "cuda", "device_name": "NVIDIA H200", "status": status}
@@ -167,7 +176,7 @@ def test_rows_file_with_missing_columns_gets_a_clear_error(tmp_path, capsys):
     folder = tmp_path / "bad"
     folder.mkdir()
     pd.DataFrame({"cell_id": ["a"], "status": ["ok"]}).to_csv(folder / "runs.csv", index=False)
-    with pytest.raises(RowsError, match="missing columns experiment, profile"):
+    with pytest.raises(ResultsFileError, match="missing columns experiment, profile"):
         load_rows(folder)
     assert main(["report", str(folder)]) == 2
     error = capsys.readouterr().err

@@ -8,8 +8,10 @@ import subprocess
 import sys
 import time
 
-from bench.results import COLUMNS
+import pytest
 from conftest import REPO, read_rows, run_bench, tiny_grid
+
+from bench.results.store import COLUMNS
 
 
 def _runs_csv(results, experiment):
@@ -17,6 +19,7 @@ def _runs_csv(results, experiment):
     return folder / "runs.csv"
 
 
+@pytest.mark.slow
 def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path):
     results = tmp_path / "results"
     first = run_bench("run", "experiments/smoke.toml", "--results", str(results))
@@ -40,6 +43,7 @@ def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path)
     assert all(new["started_utc"] >= old["started_utc"] for new, old in zip(redone, rows))
 
 
+@pytest.mark.slow
 def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, tmp_path):
     # 1 x 2 ResNet: BatchNorm sees one value per channel at 1x1 spatial and raises;
     # 256 x 1 at 128 px needs far more than the 1 GiB cap and runs out of memory.
@@ -59,6 +63,7 @@ def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, t
     assert broken_rows["2"]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_cell_past_its_time_limit_is_killed_and_recorded(write_grid, tmp_path):
     grid = write_grid(tiny_grid("slow", model="resnet50", image_size=64, effective_batch=32,
                                 pairs="[[32, 1]]"))
@@ -71,6 +76,7 @@ def test_a_cell_past_its_time_limit_is_killed_and_recorded(write_grid, tmp_path)
     assert time.monotonic() - began < 120
 
 
+@pytest.mark.slow
 def test_a_grid_killed_mid_run_resumes_with_no_row_lost_or_doubled(tmp_path):
     results = tmp_path / "results"
     command = [sys.executable, "-m", "bench", "run", "experiments/smoke.toml", "--results", str(results)]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from bench.cell import EXTRA_AXIS, Cell
-from bench.cli import main
-from bench.spec import SpecError, load_grid, require_precisions
 from conftest import REPO, run_bench, tiny_grid
+
+from bench.cli import main
+from bench.errors import GridFileError
+from bench.grid.cell import Cell, axis
+from bench.grid.spec import load_grid, require_precisions
 
 GOOD = """
     [experiment]
@@ -61,13 +62,13 @@ def test_an_axis_added_later_keeps_old_ids_at_its_default(write_grid):
     """Results committed before an axis existed stay resumable: the id changes only off-default."""
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class WithNewAxis(Cell):
-        world_size: int = dataclasses.field(default=1, metadata=EXTRA_AXIS)
+        new_axis: int = axis("an axis added after rows were committed", default=1, extra=True)
 
     cell = load_grid(write_grid(GOOD), "cpu").cells[0]
     at_default = WithNewAxis(**cell.to_dict())
-    off_default = WithNewAxis(**{**cell.to_dict(), "world_size": 2})
+    off_default = WithNewAxis(**{**cell.to_dict(), "new_axis": 2})
     assert at_default.cell_id == cell.cell_id
-    assert off_default.cell_id != cell.cell_id and "-world_size_2-" in off_default.cell_id
+    assert off_default.cell_id != cell.cell_id and "-new_axis_2-" in off_default.cell_id
 
 
 def test_exclude_drops_matching_cells(write_grid):
@@ -94,8 +95,8 @@ def test_resnet50_grid_covers_the_study():
     assert {c.optimizer for c in grid.cells} == {"adamw", "adamw8bit", "sgd"}
     assert {c.image_size for c in grid.cells} == {224}
     cpu = load_grid(REPO / "experiments" / "resnet50.toml", "cpu")
-    for axis in ("precision", "checkpointing", "optimizer", "micro_batch"):  # every axis on CPU too
-        assert len({getattr(c, axis) for c in cpu.cells}) > 1, axis
+    for name in ("precision", "checkpointing", "optimizer", "micro_batch"):  # every axis on CPU too
+        assert len({getattr(c, name) for c in cpu.cells}) > 1, name
 
 
 BAD = [
@@ -130,6 +131,7 @@ def test_bad_profile_override_names_the_profile_key(write_grid, capsys):
     assert "profile.cpu.grid.image_size" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bad_grid_exits_2_from_the_command_line(write_grid, tmp_path):
     path = write_grid(tiny_grid("bad").replace("[run]", "[runn]"))
     result = run_bench("run", str(path), "--results", str(tmp_path / "results"))
@@ -147,5 +149,5 @@ def test_one_bad_file_among_several_writes_nothing(write_grid, tmp_path, capsys)
 
 def test_precision_the_device_cannot_run_is_rejected(write_grid):
     grid = load_grid(write_grid(GOOD), "cuda")
-    with pytest.raises(SpecError, match=r"grid.precision: 'bf16' cannot run on Tesla T4; allowed here: fp32, fp16"):
+    with pytest.raises(GridFileError, match=r"grid.precision: 'bf16' cannot run on Tesla T4; allowed here: fp32, fp16"):
         require_precisions(grid, ("fp32", "fp16"), "Tesla T4")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.models import build_model, synthetic_batch
-from bench.step import accumulate_gradients
+from bench.train.models import build_model, synthetic_batch
+from bench.train.step import accumulate_gradients
 
 
 def _gradients(model_name: str, accum_steps: int, effective_batch: int = 16) -> dict[str, torch.Tensor]:

@@ -7,20 +7,32 @@ headroom, as the article's search keeps none). Written once; delete the file to 
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
-from bench.hardware import gpu_spec
-from bench.probe import Budget, ProbeConfig, probe_from_estimate
-from bench.provenance import git_state, library_versions
+from bench.measure.hardware import gpu_spec
+from bench.memory.probe import Budget, ProbeConfig, probe_from_estimate
+from bench.results.provenance import PROVENANCE_COLUMNS, provenance, utc_now
+from bench.results.schema import Column
+from bench.results.store import RunsFile
 from bench.units import GIB
 
 EXPERIMENT = "claims_autotune"
 GPUS = ("RTX-3090", "A100-40GB")
-CONFIG = ProbeConfig(model="resnet50", image_size=224, precision="fp32", optimizer="adamw")
-COLUMNS = ("cell_id", "gpu", "model", "image_size", "precision", "optimizer", "budget_bytes", "largest_micro_batch",
-           "fake_steps", "status", "error_message", "device_type", "device_name", "torch_version", "git_commit")
+CONFIG = ProbeConfig.of("resnet50", image_size=224, precision="fp32", optimizer="adamw")
+AUTOTUNE_COLUMNS: dict[str, Column] = {
+    "cell_id": Column("str", "probe-<model>-<size>px-<precision>-<optimizer>-<gpu>"),
+    "gpu": Column("str", "catalog GPU key"), "model": Column("str"), "image_size": Column("int"),
+    "precision": Column("str"), "optimizer": Column("str"),
+    "budget_bytes": Column("int", "the GPU's nominal memory"),
+    "largest_micro_batch": Column("int", "the estimator's largest micro-batch within the budget, no headroom"),
+    "fake_steps": Column("int", "estimator trials the search took"),
+    "status": Column("str", "estimated"), "error_message": Column("str"),
+    "device_type": Column("str"), "device_name": Column("str"),
+    "torch_version": Column("str"), "git_commit": Column("str"),
+    **{name: Column("bool" if name == "git_dirty" else "str") for name in PROVENANCE_COLUMNS
+       if name not in ("torch_version", "git_commit")},
+    "started_utc": Column("str"),
+}
 
 
 def autotune_rows_path(results_root: Path) -> Path:
@@ -32,22 +44,17 @@ def ensure_autotune_rows(results_root: Path) -> Path:
     path = autotune_rows_path(results_root)
     if path.exists():
         return path
-    commit, _ = git_state()
-    rows = []
+    stamp = provenance()
+    cell = CONFIG.base
+    runs = RunsFile(path, AUTOTUNE_COLUMNS)
     for gpu in GPUS:
         budget = Budget(gpu_spec(gpu).memory_gib * GIB, gpu, headroom=0.0)
         predicted = probe_from_estimate(CONFIG, budget).predicted
-        rows.append({"cell_id": f"probe-{CONFIG.model}-{CONFIG.image_size}px-{CONFIG.precision}-{CONFIG.optimizer}-{gpu}",
-                     "gpu": gpu, "model": CONFIG.model, "image_size": CONFIG.image_size,
-                     "precision": CONFIG.precision, "optimizer": CONFIG.optimizer, "budget_bytes": int(budget.nbytes),
-                     "largest_micro_batch": predicted.largest, "fake_steps": len(predicted.trials),
-                     "status": "estimated", "error_message": "", "device_type": "estimate",
-                     "device_name": "estimate for cuda (FakeTensorMode + MemTracker, no device)",
-                     "torch_version": library_versions()["torch_version"], "git_commit": commit})
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(buffer.getvalue())
+        runs.write({"cell_id": f"probe-{cell.model}-{cell.image_size}px-{cell.precision}-{cell.optimizer}-{gpu}",
+                    "gpu": gpu, "model": cell.model, "image_size": cell.image_size, "precision": cell.precision,
+                    "optimizer": cell.optimizer, "budget_bytes": int(budget.nbytes),
+                    "largest_micro_batch": predicted.largest, "fake_steps": len(predicted.trials),
+                    "status": "estimated", "error_message": "", "device_type": "estimate",
+                    "device_name": "estimate for cuda (FakeTensorMode + MemTracker, no device)",
+                    **stamp, "started_utc": utc_now()})
     return path

@@ -17,6 +17,12 @@ from typing import Literal
 
 import pandas as pd
 
+from bench.claims.autotune import AUTOTUNE_COLUMNS
+from bench.claims.autotune import EXPERIMENT as AUTOTUNE_EXPERIMENT
+from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
+from bench.results.read import read_runs
+from bench.results.schema import COLUMNS, Column
+
 Source = Literal["cuda", "estimate", "cpu"]
 USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated"}
 SOURCE_WORDS = {"cuda": "measured on GPU", "estimate": "estimated for GPU (no device)", "cpu": "measured on CPU"}
@@ -75,7 +81,7 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
     """Every source with rows for `experiment`; of several GPUs (or CPUs), the first tag by name."""
     found: dict[Source, Rows] = {}
     for runs in sorted(Path(results_root, experiment).glob("*/runs.csv")):
-        frame = read_runs(runs)
+        frame = read_runs(runs, _schema(runs))
         if frame.empty:
             continue
         source: Source = "estimate" if runs.parent.name == "estimate" else str(frame.device_type.iloc[0])
@@ -83,11 +89,11 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
     return found
 
 
-def read_runs(path: Path) -> pd.DataFrame:
-    # Empty cells stay empty strings: "none" and "off" are values here, not missing data.
-    frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"error_message": str})
-    frame["error_message"] = frame["error_message"].fillna("")
-    return frame
+def _schema(runs: Path) -> dict[str, Column]:
+    """The columns of a claims rows file: autotune answers, estimates, or measured rows."""
+    if runs.parent.parent.name == AUTOTUNE_EXPERIMENT:
+        return AUTOTUNE_COLUMNS
+    return ESTIMATE_COLUMNS if runs.parent.name == ESTIMATE_FOLDER else COLUMNS
 
 
 # Readings of one row, shared by the claims.

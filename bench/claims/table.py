@@ -17,7 +17,7 @@ import pandas as pd
 from bench.claims.evaluate import Finding
 from bench.claims.registry import ARTICLES
 from bench.claims.verdict import RULE, VERDICTS
-from bench.markdown import markdown_table
+from bench.results.markdown import markdown_table
 
 CSV_COLUMNS = ("claim_id", "article", "summary", "verdict", "source", "device_name", "measured", "rows_file",
                "cell_ids", "quote", "note")

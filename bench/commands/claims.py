@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 from bench.commands.common import add_device_option
-from bench.device import detect_device
-from bench.results import ResultsFileError
+from bench.errors import ResultsFileError
+from bench.measure.device import detect_device
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -19,7 +19,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_claims(args: argparse.Namespace) -> int:
-    from bench.claims.autotune import ensure_autotune_rows  # late: pandas and the estimator only here
+    from bench.claims.autotune import (
+        ensure_autotune_rows,  # late: pandas and the estimator only here
+    )
     from bench.claims.evaluate import evaluate_all
     from bench.claims.table import write_claims
 

@@ -1,10 +1,8 @@
-"""Argument types and the exit code shared by every subcommand."""
+"""Argument types shared by every subcommand."""
 
 from __future__ import annotations
 
 import argparse
-
-EXIT_BAD_INPUT = 2
 
 
 def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
@@ -38,3 +36,8 @@ def non_negative(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
+
+
+def positive_int_list(text: str) -> list[int]:
+    """`1,2,4` -> [1, 2, 4], each a positive whole number."""
+    return [positive_int(part) for part in text.split(",")]

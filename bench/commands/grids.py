@@ -7,8 +7,8 @@ import signal
 from pathlib import Path
 
 from bench.commands.common import add_device_option, positive, positive_int
-from bench.device import DeviceInfo, detect_device
-from bench.spec import Grid, load_grid, require_precisions
+from bench.grid.spec import Grid, load_grid, require_precisions
+from bench.measure.device import DeviceInfo, detect_device
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -51,9 +51,13 @@ def list_cells(args: argparse.Namespace) -> int:
 
 
 def run_grids(args: argparse.Namespace) -> int:
-    from bench.display import console, grid_progress, summary_table  # rich only for `run`
-    from bench.executors import SlurmOptions, target_device
-    from bench.runner import RunOptions, results_dir, run_grid
+    from bench.report.console import (  # rich only for `run`
+        console,
+        grid_progress,
+        summary_table,
+    )
+    from bench.run.executors import SlurmOptions, target_device
+    from bench.run.grid_runner import RunOptions, results_dir, run_grid
 
     # SIGTERM unwinds like Ctrl-C, so the runner's cleanup kills the cell it is waiting for.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)

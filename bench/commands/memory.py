@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import re
 from pathlib import Path
-from typing import get_args
+from typing import Any
 
-from bench.cell import Checkpointing, OptimizerName, Precision
 from bench.commands.common import add_device_option, positive, positive_int
-from bench.spec import SpecError, load_grid, timm_model_problem
+from bench.errors import OptionError
+from bench.grid.cell import axes, choices, field_docs, field_types
+from bench.grid.spec import load_grid, timm_model_problem
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -24,11 +25,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     probe = commands.add_parser("probe", help="the largest micro-batch that fits: estimated, then found by real runs")
     probe.set_defaults(handler=probe_model)
     probe.add_argument("model", metavar="MODEL", help="timm model name, random init")
-    probe.add_argument("--image-size", type=positive_int, default=224, help="square image side in pixels (default 224)")
-    probe.add_argument("--precision", choices=get_args(Precision), default="fp32", help="(default fp32)")
-    probe.add_argument("--checkpointing", choices=get_args(Checkpointing), default="off", help="(default off)")
-    probe.add_argument("--optimizer", choices=get_args(OptimizerName), default="adamw", help="(default adamw)")
-    probe.add_argument("--channels-last", action="store_true", help="model and inputs in channels-last format")
+    _add_axis_options(probe)
     probe.add_argument("--accum-steps", type=positive_int, default=1, help="micro-batches per optimizer step (default 1)")
     answer = probe.add_mutually_exclusive_group()
     answer.add_argument("--memory-gib", type=positive, help="answer from the estimator alone for a GPU with this much memory")
@@ -39,8 +36,42 @@ def register(commands: argparse._SubParsersAction) -> None:
     probe.add_argument("--timeout-s", type=positive, default=600.0, help="per-trial time limit (default 600)")
 
 
+def _add_axis_options(probe: argparse.ArgumentParser) -> None:
+    """One option per axis the probe takes (`bench.memory.probe.probe_options`), typed as the grid's."""
+    from bench.memory.probe import probe_options
+
+    for name, default in probe_options().items():
+        flag, doc = "--" + name.replace("_", "-"), field_docs()[name]
+        if field_types()[name] is bool:
+            probe.add_argument(flag, action="store_true", help=doc)
+        elif choices(name):
+            probe.add_argument(flag, choices=choices(name), default=default, help=f"{doc} (default {default})")
+        else:
+            probe.add_argument(flag, type=_axis_value(name), default=default, help=f"{doc} (default {default})")
+
+
+def _axis_value(name: str):
+    """An argparse type for axis `name`: a whole number within its minimum, or text matching its pattern."""
+    spec = axes()[name]
+
+    def parse(text: str) -> Any:
+        if field_types()[name] is int:
+            value = positive_int(text)
+            if spec.minimum is not None and value < spec.minimum:
+                raise argparse.ArgumentTypeError(f"must be >= {spec.minimum}, got {text}")
+            return value
+        if spec.pattern and not re.fullmatch(spec.pattern, text):
+            raise argparse.ArgumentTypeError(f"{text!r} must match {spec.pattern}")
+        return text
+    parse.__name__ = name  # argparse names the type in its error
+    return parse
+
+
 def estimate_grids(args: argparse.Namespace) -> int:
-    from bench.estimate_grid import describe_estimate, estimate_grid  # late: fake tensors only here
+    from bench.memory.estimate_grid import (  # late: fake tensors only here
+        describe_estimate,
+        estimate_grid,
+    )
     from bench.report.estimate_chart import write_estimate_chart
 
     grids = [load_grid(path, args.profile) for path in args.files]  # every file validated first
@@ -53,23 +84,22 @@ def estimate_grids(args: argparse.Namespace) -> int:
 
 
 def probe_model(args: argparse.Namespace) -> int:
-    from bench.probe import (
-        ProbeConfig, ProbeError, describe_probe, probe_budget, probe_from_estimate, probe_on_device,
+    from bench.memory.probe import (
+        ProbeConfig,
+        describe_probe,
+        probe_budget,
+        probe_from_estimate,
+        probe_on_device,
+        probe_options,
     )
 
     problem = timm_model_problem(args.model)
     if problem:
-        raise SpecError(f"MODEL: {problem}")
-    config = ProbeConfig(model=args.model, image_size=args.image_size, precision=args.precision,
-                         checkpointing=args.checkpointing, optimizer=args.optimizer,
-                         channels_last=args.channels_last, accum_steps=args.accum_steps)
+        raise OptionError(f"MODEL: {problem}")
+    config = ProbeConfig.of(args.model, args.accum_steps, **{name: getattr(args, name) for name in probe_options()})
     budget = probe_budget(gpu=args.gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
                           device=args.device)
-    try:
-        result = (probe_from_estimate(config, budget) if budget.device is None
-                  else probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s))
-    except ProbeError as exc:
-        print(f"bench probe: {exc}", file=sys.stderr)
-        return 1
+    result = (probe_from_estimate(config, budget) if budget.device is None
+              else probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s))
     print(describe_probe(config, budget, result))
     return 0 if (result.found or result.predicted).largest > 0 else 1

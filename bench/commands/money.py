@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.catalog import CatalogError, Instance, load_catalog
 from bench.commands.common import fraction, non_negative, positive, positive_int
-from bench.cost import Assumptions, Workload, price_rows
-from bench.plan import PlanRequest, make_plan
+from bench.cost.catalog import Instance, load_catalog
+from bench.cost.plan import PlanRequest, make_plan
+from bench.cost.price import Assumptions, Workload, price_rows
+from bench.errors import OptionError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -42,7 +43,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def price_folders(args: argparse.Namespace) -> int:
-    from bench.cost_report import load_ok_rows, summary, write_outputs  # late: matplotlib only here
+    from bench.cost.outputs import (  # late: matplotlib only here
+        load_ok_rows,
+        summary,
+        write_outputs,
+    )
 
     described, instances = _catalog(args)
     for folder in args.folders:
@@ -60,7 +65,7 @@ def price_folders(args: argparse.Namespace) -> int:
 
 
 def plan_run(args: argparse.Namespace) -> int:
-    from bench.cost_report import load_ok_rows, plan_text
+    from bench.cost.outputs import load_ok_rows, plan_text
 
     described, instances = _catalog(args)
     rows = [row for folder in args.folders for row in load_ok_rows(folder)]
@@ -78,7 +83,7 @@ def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
     providers = tuple(args.provider)
     unknown = [name for name in providers if name not in catalog.providers]
     if unknown:
-        raise CatalogError(f"--provider {unknown[0]}: not in {catalog.path}; known: {', '.join(catalog.providers)}")
+        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; known: {', '.join(catalog.providers)}")
     which = "current and superseded prices" if args.include_superseded else "current prices"
     only = f", {', '.join(providers)} only" if providers else ""
     return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.models import NUM_CLASSES, build_model
+from bench.train.models import NUM_CLASSES, build_model
 
 _COUNT_BATCH = 2  # every op here is linear in the batch; 2 keeps BatchNorm in training form
 

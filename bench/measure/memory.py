@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 import torch
 from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
 
-from bench.step import PhaseHook
+from bench.train.step import PhaseHook
 
 # MemTracker's reference types, by their enum value, under the names our rows use.
 TRACKED_CATEGORIES = {
@@ -149,12 +149,14 @@ class _DevicePeakTracker(MemTracker):
 
 
 def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
-               optimizer: torch.optim.Optimizer, device: torch.device, steps: int = 1) -> TracedStep:
+               optimizer: torch.optim.Optimizer, device: torch.device, steps: int = 1, *,
+               host_memory: bool = True) -> TracedStep:
     """Run `steps` optimizer steps under MemTracker, recording memory after every phase.
 
     Per-phase bytes come from the CUDA allocator on a GPU and from tracked tensors on CPU.
     `run_step` returns what the loop keeps across steps (its running loss): a graph it holds
     shows in `kept_graph_nodes`, memory that creeps in rising bytes step over step.
+    `host_memory`: record this process's resident memory after each step (None when off).
     """
     traced = TracedStep()
     step, base_version = 0, weights_version(model)
@@ -178,7 +180,7 @@ def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
         for step in range(steps):
             kept = run_step(on_phase)
             traced.kept_graph_nodes.append(kept_graph_nodes(kept))
-            traced.host_rss_bytes.append(host_rss_bytes())
+            traced.host_rss_bytes.append(host_rss_bytes() if host_memory else None)
     traced.tracked_peak_bytes = _by_category(tracker.get_tracker_snapshot("peak"), device)
     return traced
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
-from bench.device import DeviceInfo
-from bench.hardware import PEAK_COLUMN, find_gpu
+from bench.measure.device import DeviceInfo
+from bench.measure.hardware import PEAK_COLUMN, find_gpu
+from bench.measure.timing import best_time_s
 
 _MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -42,14 +42,12 @@ def measure_matmul_peak(precision: str, device: torch.device, size: int = 1024,
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     torch.matmul(a, b)  # first call pays for kernel selection and thread start-up
-    best_s, spent = float("inf"), 0.0
-    while spent < min_time_s:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        began = time.perf_counter()
-        torch.matmul(a, b)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - began
-        best_s, spent = min(best_s, elapsed), spent + elapsed
-    return 2 * size**3 / best_s, size
+    return 2 * size**3 / best_time_s(lambda: torch.matmul(a, b), device, min_time_s=min_time_s), size
+
+
+def measure_copy_bandwidth(device: torch.device, nbytes: int, repeats: int = 10) -> float:
+    """Best bytes/s of a device-to-device copy of `nbytes`, counting the read and the write."""
+    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    return 2 * nbytes / best_time_s(lambda: target.copy_(source), device, repeats=repeats)

@@ -33,6 +33,25 @@ def time_steps(run_step: Callable[[], object], steps: int, device: torch.device)
     return samples
 
 
+def best_time_s(run: Callable[[], object], device: torch.device, *, repeats: int = 1,
+                min_time_s: float = 0.0) -> float:
+    """The shortest of at least `repeats` timed calls of `run`, called until `min_time_s` of samples.
+
+    Each call is synchronised on both sides on CUDA: a ceiling measurement times one kernel alone.
+    """
+    best_s, spent, calls = float("inf"), 0.0, 0
+    while calls < repeats or spent < min_time_s:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        began = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - began
+        best_s, spent, calls = min(best_s, elapsed), spent + elapsed, calls + 1
+    return best_s
+
+
 @dataclass(frozen=True)
 class StepTimeStats:
     median_ms: float

@@ -8,10 +8,17 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
 from bench.report.charts import CHARTS
 from bench.report.rows import ReportContext, at_defaults, context_of, load_rows
-from bench.markdown import markdown_table
-from bench.report.tables import accumulation_cost, cell_table, data_parallel
+from bench.report.tables import (
+    accumulation_cost,
+    cell_table,
+    data_parallel,
+    estimate_vs_measured,
+)
+from bench.results.markdown import markdown_table
+from bench.results.read import read_runs
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
 _PNG_METADATA = {"Software": None}
@@ -35,14 +42,26 @@ def build_report(folder: Path) -> list[Path]:
         written.append(folder / name)
     cost = accumulation_cost(plain)
     written.append(_write(folder / "accumulation_cost.csv", cost.to_csv(index=False)))
-    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost)))
+    accuracy = _estimate_accuracy(folder, rows)
+    if not accuracy.empty:
+        written.append(_write(folder / "estimate_vs_measured.csv", accuracy.to_csv(index=False)))
+    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy)))
     return written
 
 
-def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, cost: pd.DataFrame) -> str:
+def _estimate_accuracy(folder: Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """The estimator's prediction beside each measured cell, when the sibling estimate folder has the same cells."""
+    estimates = folder.parent / ESTIMATE_FOLDER / "runs.csv"
+    if folder.name == ESTIMATE_FOLDER or not estimates.is_file():
+        return pd.DataFrame()
+    return estimate_vs_measured(rows, read_runs(estimates, ESTIMATE_COLUMNS))
+
+
+def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, cost: pd.DataFrame,
+                 accuracy: pd.DataFrame) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in rows.status.value_counts().sort_index().items())
-    peak_sources = "; ".join(sorted(set(rows.peak_flops_source.dropna())))
-    commits = ", ".join(sorted({str(c)[:10] for c in rows.get("git_commit", pd.Series(dtype=str)).dropna()}))
+    peak_sources = "; ".join(sorted(set(rows.peak_flops_source) - {""}))
+    commits = ", ".join(sorted({commit[:10] for commit in rows.git_commit if commit}))
     lines = [
         f"# {context.experiment} on {context.device_name} (profile {context.profile})",
         "",
@@ -70,6 +89,11 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
                   "Scaling efficiency: global samples/s over (processes x the 1-process cell's samples/s). "
                   "All-reduces per step: DDP's bucket all-reduces per optimizer step: one with no_sync, "
                   "K with every_step when the model is one bucket.", "", markdown_table(parallel), ""]
+    if not accuracy.empty:
+        lines += ["## The estimator against the measurement", "",
+                  f"Predicted peak (`bench estimate`, no device) over measured, per cell: "
+                  f"{int(accuracy.within_10pct.sum())} of {len(accuracy)} within 10 %.", "",
+                  markdown_table(accuracy[["cell_id", "peak_ratio", "reserved_ratio", "within_10pct"]].round(3)), ""]
     lines += ["## Charts", ""]
     lines += [f"![{name.removesuffix('.png')}]({name})" for name in CHARTS]
     lines += ["", "## Every cell", "", markdown_table(cell_table(rows)), ""]

@@ -17,7 +17,11 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from bench.report.rows import (  # noqa: E402
-    PRECISION_ORDER, ReportContext, ordered, pair_label, reference_optimizer,
+    PRECISION_ORDER,
+    ReportContext,
+    ordered,
+    pair_label,
+    reference_optimizer,
 )
 from bench.units import GIB  # noqa: E402
 
@@ -113,7 +117,7 @@ def throughput_and_mfu(rows: pd.DataFrame, context: ReportContext) -> Figure:
         ax.set_xlabel("micro-batch (effective batch fixed)")
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
-    kinds = sorted({source.split(":")[0] for source in subset.peak_flops_source.dropna()})
+    kinds = sorted({source.split(":")[0] for source in subset.peak_flops_source if source})
     mfu_ax.set_title(f"MFU against the {' / '.join(kinds) or 'no known'} peak per precision (see REPORT.md)",
                      fontsize=8)
     rate_ax.legend(fontsize=7)

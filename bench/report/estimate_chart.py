@@ -13,9 +13,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only
 
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
 
+from bench.memory.estimate_grid import ESTIMATE_COLUMNS  # noqa: E402
 from bench.report.charts import CHECKPOINT_STYLES, PRECISION_COLORS  # noqa: E402
+from bench.results.read import read_runs  # noqa: E402
 from bench.units import GIB  # noqa: E402
 
 CHART_NAME = "memory_estimate.png"
@@ -27,7 +28,7 @@ _CONFIGURATION = ["model", "image_size", "precision", "checkpointing", "optimize
 
 def write_estimate_chart(folder: Path) -> Path:
     """Draw `folder/runs.csv`'s estimated rows of one profile (CUDA when present) into `folder/memory_estimate.png`."""
-    rows = pd.read_csv(Path(folder) / "runs.csv")
+    rows = read_runs(Path(folder) / "runs.csv", ESTIMATE_COLUMNS)
     estimated = rows[rows.status == "estimated"]
     profile = "cuda" if (estimated.profile == "cuda").any() else "cpu"
     failed = rows[(rows.status != "estimated") & (rows.profile == profile)]

@@ -7,25 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cell import extra_axis_defaults
-from bench.results import COLUMNS
-
-# What the report reads; a rows file without these cannot be reported on.
-REQUIRED_COLUMNS = (
-    "cell_id", "experiment", "profile", "model", "image_size", "micro_batch", "accum_steps",
-    "effective_batch", "precision", "checkpointing", "optimizer", "device_name", "status",
-    "error_type", "error_message", "memory_source", "peak_memory_bytes", "peak_reserved_bytes",
-    "params_bytes", "grads_bytes", "optimizer_state_bytes", "activations_peak_bytes", "phase_memory",
-    "samples_per_s", "step_time_median_ms", "mfu_pct", "hfu_pct", "peak_flops_source",
-)
-assert set(REQUIRED_COLUMNS) <= set(COLUMNS)
+from bench.errors import ResultsFileError
+from bench.grid.cell import extra_axis_defaults
+from bench.results.read import read_runs
 
 PRECISION_ORDER = ("fp32", "bf16", "fp16")
 OPTIMIZER_ORDER = ("adamw", "adamw8bit", "sgd")
-
-
-class RowsError(Exception):
-    """A rows file the report cannot use; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -43,22 +30,20 @@ class ReportContext:
 
 
 def load_rows(folder: Path) -> pd.DataFrame:
-    """The rows of `folder/runs.csv`, checked for the columns the report needs."""
+    """The rows of `folder/runs.csv` (`bench.results.read.read_runs`); at least one."""
     path = Path(folder) / "runs.csv"
-    if not path.exists():
-        raise RowsError(f"{path}: no such rows file")
-    rows = pd.read_csv(path)
-    missing = [column for column in REQUIRED_COLUMNS if column not in rows.columns]
-    if missing:
-        raise RowsError(f"{path}: missing columns {', '.join(missing)}; a runs.csv written by `bench run` has them")
+    if not path.is_file():
+        raise ResultsFileError(f"{path}: no such rows file; pass a results folder such as "
+                               "results/<experiment>/<device-tag>")
+    rows = read_runs(path)
     if rows.empty:
-        raise RowsError(f"{path}: no rows to report on")
+        raise ResultsFileError(f"{path}: no rows to report on")
     return rows
 
 
 def context_of(rows: pd.DataFrame) -> ReportContext:
     ok = rows[rows.status == "ok"]
-    source = ok.memory_source.dropna()
+    source = ok.memory_source[ok.memory_source != ""]
     return ReportContext(experiment=str(rows.experiment.iloc[0]), device_name=str(rows.device_name.iloc[0]),
                          profile=str(rows.profile.iloc[0]),
                          memory_source=str(source.iloc[0]) if len(source) else "")
@@ -66,12 +51,9 @@ def context_of(rows: pd.DataFrame) -> ReportContext:
 
 def variant_labels(rows: pd.DataFrame) -> pd.Series:
     """Per row, the later-added axes away from their default ("world_size 2, ddp_sync every_step"); "" if none."""
-    def text(value: object) -> str:  # a column with gaps reads as floats: 2.0 is the axis value 2
-        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
     def label(row: pd.Series) -> str:
-        return ", ".join(f"{name} {text(row[name])}" for name, default in extra_axis_defaults().items()
-                         if name in row.index and pd.notna(row[name]) and text(row[name]) != str(default))
+        return ", ".join(f"{name} {row[name]}" for name, default in extra_axis_defaults().items()
+                         if row[name] != default)
     return rows.apply(label, axis=1) if len(rows) else pd.Series(dtype=str)
 
 

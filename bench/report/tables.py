@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.rows import PRECISION_ORDER, ordered, pair_label, reference_optimizer, variant_labels
+from bench.report.rows import (
+    PRECISION_ORDER,
+    ordered,
+    pair_label,
+    reference_optimizer,
+    variant_labels,
+)
 from bench.units import GIB
 
 
@@ -92,3 +98,25 @@ def data_parallel(rows: pd.DataFrame) -> pd.DataFrame:
         "all-reduces per step": rows.allreduce_calls_per_step,
         "all-reduce (ms/step)": rows.allreduce_ms_per_step.round(1),
     })
+
+
+ESTIMATE_COMPARED = ["cell_id", "peak_memory_bytes", "peak_reserved_bytes", "memory_source"]
+
+
+def estimate_vs_measured(measured: pd.DataFrame, estimated: pd.DataFrame) -> pd.DataFrame:
+    """One line per cell measured `ok` and `estimated` (same grid and profile, so the same ids),
+    with the predicted / measured ratios of peak and reserved memory.
+
+    >>> m = pd.DataFrame({"cell_id": ["a"], "status": ["ok"], "peak_memory_bytes": [100],
+    ...                   "peak_reserved_bytes": [120], "memory_source": ["cuda_allocator"]})
+    >>> e = m.assign(status="estimated", peak_memory_bytes=105, peak_reserved_bytes=110)
+    >>> estimate_vs_measured(m, e).peak_ratio.tolist()
+    [1.05]
+    """
+    joined = measured[measured.status == "ok"][ESTIMATE_COMPARED].merge(
+        estimated[estimated.status == "estimated"][ESTIMATE_COMPARED], on="cell_id",
+        suffixes=("_measured", "_estimated"))
+    joined["peak_ratio"] = joined.peak_memory_bytes_estimated / joined.peak_memory_bytes_measured
+    joined["reserved_ratio"] = joined.peak_reserved_bytes_estimated / joined.peak_reserved_bytes_measured
+    joined["within_10pct"] = (joined.peak_ratio - 1).abs() <= 0.10
+    return joined

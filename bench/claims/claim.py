@@ -1,0 +1,69 @@
+"""A claim of a seed article: its words, the rows that answer it, and the check that tests it.
+
+Each article's module (`article_000` ...) declares its claims with `ClaimList.add`, right above
+the function that reads the rows and returns the checks (`bench.claims.verdict`); the verdict is
+computed from the checks, never typed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from bench.claims.evidence import Rows, Source
+from bench.claims.verdict import Check
+
+GB = 1e9  # the articles' gigabytes are decimal: "304M params x 4 bytes = 1.2GB"
+MB = 1e6
+MIB = 2**20
+
+ANY: tuple[Source, ...] = ("cuda", "cpu", "estimate")
+MEASURED: tuple[Source, ...] = ("cuda", "cpu")
+AT_GPU_SIZE: tuple[Source, ...] = ("cuda", "estimate")
+# Activation ratios: at the articles' 224 px the estimate beats a CPU row at 32-64 px, where
+# fixed costs (autocast's weight copies, the stem) weigh far more than in the article's setting.
+RATIO: tuple[Source, ...] = ("cuda", "estimate", "cpu")
+
+ESTIMATED = ("At 224 px the activation numbers come from GPU rows or, without them, from the "
+             "memory estimator (`bench estimate`, labelled estimated).")
+
+Measure = Callable[[Rows], list[Check]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """One claim, quoted as the article words it, and how the rows test it."""
+
+    id: str
+    article: str
+    """Key of `bench.claims.registry.ARTICLES`."""
+    summary: str
+    """A few words for the table."""
+    quote: str
+    """The article's words, verbatim."""
+    experiment: str
+    """results/<experiment>: whose rows answer it."""
+    sources: tuple[Source, ...]
+    """Sources it accepts, first present wins."""
+    measure: Measure
+    """Reads one source's rows, returns the checks."""
+    method: str
+    """How the rows are read, in words."""
+    elsewhere: str = ""
+    """Why the sources it leaves out cannot answer it."""
+
+
+@dataclass
+class ClaimList:
+    """One article's claims, in the order its module declares them."""
+
+    article: str
+    claims: list[Claim] = field(default_factory=list)
+
+    def add(self, **described: object) -> Callable[[Measure], Claim]:
+        """Decorator: the function below reads the rows for the claim `described` here."""
+        def register(measure: Measure) -> Claim:
+            claim = Claim(article=self.article, measure=measure, **described)
+            self.claims.append(claim)
+            return claim
+        return register

@@ -1,0 +1,1 @@
+"""Dollars: the instance catalog, the price of a run, and the ranked plan."""

@@ -1,0 +1,252 @@
+"""Cost outputs next to the results: `<results folder>/cost/` gets cost.csv, cost.md and
+usd_per_run.png; the console gets a short summary. Reads runs files and writes these
+files only; every number comes from `bench.cost.price`.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+
+from bench.cost.plan import Plan
+from bench.cost.price import Assumptions, CostLine, CostTable, MeasuredRow, Workload
+from bench.errors import ResultsFileError
+from bench.results.markdown import markdown_table
+from bench.results.read import read_runs, records
+from bench.units import GIB
+
+# The header of cost.csv comes from this list. Units are in the names.
+COLUMNS: dict[str, str] = {
+    "experiment": "", "cell_id": "the measured row", "model": "", "image_size": "pixels, as measured",
+    "strategy": "micro_batch x accum_steps, precision, checkpointing, optimizer",
+    "micro_batch": "", "accum_steps": "", "effective_batch": "per GPU, as measured",
+    "precision": "", "checkpointing": "", "optimizer": "",
+    "profile": "cuda or cpu (a CPU-profile row was measured at reduced size on a CPU)",
+    "measured_device": "device_name of the row",
+    "provider": "", "instance": "", "region": "", "gpu": "", "gpu_count": "",
+    "global_batch": "effective_batch x gpu_count: every GPU runs the measured configuration",
+    "status": "priced | does_not_fit | no_peak (no datasheet peak for the precision) | no_mfu",
+    "basis": "measured | projected_from_gpu | projected_from_cpu_profile",
+    "note": "how the speed is known and what it assumes, or why the line is not priced",
+    "samples_per_s_per_gpu": "measured, or MFU x the GPU's peak / model FLOPs per sample",
+    "samples_per_s_instance": "per GPU x GPUs x scaling efficiency (GPUs > 1)",
+    "scaling_efficiency": "the efficiency used on a multi-GPU instance; empty on one GPU",
+    "scaling_basis": "measured with N processes on a device (a DDP row of the configuration) | assumed",
+    "memory_basis": "which peak the fit uses",
+    "peak_memory_gib": "that peak, GiB (2**30 bytes)",
+    "required_memory_gib": "peak x (1 + headroom)",
+    "gpu_memory_gib": "the GPU's nominal memory",
+    "samples_per_run": "dataset_size x epochs",
+    "hours_per_run": "", "usd_per_hour": "on-demand, whole instance", "usd_per_run": "on-demand",
+    "spot_usd_per_hour": "empty if unknown", "spot_usd_per_run": "empty if unknown",
+    "price_observed": "when the price was seen", "price_valid_until": "empty: the current price",
+    "price_source": "",
+}
+
+
+def load_ok_rows(folder: Path) -> list[MeasuredRow]:
+    """The status-ok rows of `folder/runs.csv`.
+
+    Raises ResultsFileError when the folder has no runs file.
+    """
+    runs = Path(folder) / "runs.csv"
+    if not runs.is_file():
+        raise ResultsFileError(f"{folder}: no runs.csv here; pass a results folder such as "
+                               f"results/<experiment>/<device-tag>")
+    rows = read_runs(runs)
+    return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status == "ok"])]
+
+
+def record(line: CostLine, samples_per_run: float) -> dict[str, object]:
+    """One cost.csv row."""
+    row, instance, cost = line.row, line.instance, line.cost
+    peak_bytes, _ = row.memory_peak()
+    return {
+        "experiment": row.experiment, "cell_id": row.cell_id, "model": row.model, "image_size": row.image_size,
+        "strategy": row.strategy, "micro_batch": row.micro_batch, "accum_steps": row.accum_steps,
+        "effective_batch": row.effective_batch, "precision": row.precision, "checkpointing": row.checkpointing,
+        "optimizer": row.optimizer, "profile": row.profile, "measured_device": row.device_name,
+        "provider": instance.provider, "instance": instance.instance, "region": instance.region,
+        "gpu": instance.gpu, "gpu_count": instance.gpu_count, "global_batch": line.global_batch,
+        "status": line.status, "basis": line.basis, "note": line.note,
+        "samples_per_s_per_gpu": line.samples_per_s_per_gpu,
+        "samples_per_s_instance": cost.samples_per_s if cost else None,
+        "scaling_efficiency": line.scaling.efficiency if line.scaling else None,
+        "scaling_basis": line.scaling.basis if line.scaling else None,
+        "memory_basis": line.memory_basis, "peak_memory_gib": peak_bytes / GIB,
+        "required_memory_gib": line.memory.required_bytes / GIB, "gpu_memory_gib": line.memory.capacity_bytes / GIB,
+        "samples_per_run": samples_per_run, "hours_per_run": cost.hours_per_run if cost else None,
+        "usd_per_hour": instance.usd_per_hour, "usd_per_run": cost.usd_per_run if cost else None,
+        "spot_usd_per_hour": instance.spot_usd_per_hour, "spot_usd_per_run": cost.spot_usd_per_run if cost else None,
+        "price_observed": instance.observed, "price_valid_until": instance.valid_until,
+        "price_source": instance.source,
+    }
+
+
+def write_outputs(table: CostTable, folder: Path, title: str, catalog_name: str) -> list[Path]:
+    """cost.csv, cost.md and (when anything is priced) usd_per_run.png in `folder`; returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / "cost.csv", folder / "cost.md"] + ([folder / "usd_per_run.png"] if table.priced else [])
+    with paths[0].open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        for line in table.lines:
+            writer.writerow({k: "" if v is None else v for k, v in record(line, table.workload.samples_per_run).items()})
+    paths[1].write_text(markdown(table, title, catalog_name))
+    if table.priced:
+        chart(table, paths[2], title)
+    return paths
+
+
+def header_lines(table: CostTable, catalog_name: str) -> list[str]:
+    """What every number below assumes, and how old the prices are."""
+    sizes = sorted({line.row.image_size for line in table.lines} | {r.row.image_size for r in table.refused})
+    cpu_projected = any(line.basis == "projected_from_cpu_profile" for line in table.priced)
+    return _context(table.workload, table.assumptions, sizes, catalog_name, table.oldest_price_observed, cpu_projected)
+
+
+def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], catalog_name: str,
+             oldest_price: str | None, cpu_projected: bool) -> list[str]:
+    lines = [
+        f"workload: {workload.describe()} = {workload.samples_per_run:,.0f} samples per run, "
+        f"at the measured image size ({', '.join(f'{s} px' for s in sizes) or 'no rows'})",
+        f"assumptions: multi-GPU instances run data parallel at the scaling efficiency measured for the "
+        f"configuration (a DDP row, world_size > 1) where there is one, else {assumptions.scaling_efficiency:g}; "
+        f"memory fit = peak + {assumptions.headroom:.0%} headroom against the GPU's nominal memory "
+        f"(GiB = 2**30 bytes)",
+        f"prices: {catalog_name}; oldest price used: {oldest_price or 'none (nothing priced)'}",
+    ]
+    if cpu_projected:
+        lines.append("WARNING: rows measured on a CPU at the CPU profile's reduced size are projected to GPUs "
+                     "(basis projected_from_cpu_profile): these are NOT GPU measurements")
+    return lines
+
+
+def cheapest_per_strategy(table: CostTable) -> list[CostLine]:
+    """The cheapest priced (on-demand) line of each measured row, cheapest first."""
+    best: dict[str, CostLine] = {}
+    for line in table.priced:
+        known = best.get(line.row.cell_id)
+        if known is None or line.cost.usd_per_run < known.cost.usd_per_run:
+            best[line.row.cell_id] = line
+    return sorted(best.values(), key=lambda line: line.cost.usd_per_run)
+
+
+def markdown(table: CostTable, title: str, catalog_name: str) -> str:
+    out = [f"# Dollars per run: {title}", ""] + [f"- {text}" for text in header_lines(table, catalog_name)]
+    cheapest = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "basis": ln.basis,
+                 "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_run": f"{ln.cost.usd_per_run:,.2f}",
+                 "spot_usd_per_run": _money(ln.cost.spot_usd_per_run)} for ln in cheapest_per_strategy(table)]
+    out += ["", "## Cheapest instance per strategy (on-demand)", "", _table(cheapest, _CHEAPEST_COLUMNS)]
+    priced = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "basis": ln.basis,
+               "samples_per_s_per_gpu": f"{ln.samples_per_s_per_gpu:,.1f}",
+               "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_hour": f"{ln.instance.usd_per_hour:g}",
+               "usd_per_run": f"{ln.cost.usd_per_run:,.2f}", "spot_usd_per_run": _money(ln.cost.spot_usd_per_run),
+               "required/gpu memory GiB": f"{ln.memory.required_bytes / GIB:.2f} / {ln.memory.capacity_bytes / GIB:g}",
+               "price observed": ln.instance.observed, "how": ln.note}
+              for ln in sorted(table.priced, key=lambda ln: (ln.row.strategy, ln.cost.usd_per_run))]
+    out += ["", "## Every priced line", "", _table(priced, _PRICED_COLUMNS)]
+    unpriced = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "status": ln.status, "why": ln.note}
+                for ln in table.lines if ln.status != "priced"]
+    if unpriced:
+        out += ["", "## Not priced", "", _table(unpriced, ("strategy", "instance", "status", "why"))]
+    if table.refused:
+        out += ["", "## Rows not priced at all", ""] + [f"- {refusal.row.cell_id}: {refusal.reason}" for refusal in table.refused]
+    return "\n".join(out) + "\n"
+
+
+_CHEAPEST_COLUMNS = ("strategy", "instance", "basis", "hours_per_run", "usd_per_run", "spot_usd_per_run")
+_PRICED_COLUMNS = ("strategy", "instance", "basis", "samples_per_s_per_gpu", "hours_per_run", "usd_per_hour",
+                   "usd_per_run", "spot_usd_per_run", "required/gpu memory GiB", "price observed", "how")
+
+
+def _table(lines: list[dict], columns: tuple[str, ...]) -> str:
+    return markdown_table(pd.DataFrame(lines, columns=list(columns)))
+
+
+def summary(table: CostTable, catalog_name: str) -> str:
+    """Console text: the header lines and the cheapest instance per strategy."""
+    out = [f"  {text}" for text in header_lines(table, catalog_name)]
+    if table.priced:
+        out.append("  cheapest per strategy (on-demand; every line in cost.csv):")
+    for ln in cheapest_per_strategy(table):
+        cost = ln.cost
+        out.append(f"    {ln.row.strategy:<32} {ln.instance.label:<44} {cost.hours_per_run:>9,.2f} h  "
+                   f"${cost.usd_per_run:>10,.2f}  [{ln.basis}] {ln.note}")
+    statuses = [ln.status for ln in table.lines if ln.status != "priced"]
+    if statuses:
+        counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+        out.append(f"  not priced: {counts} (reasons in cost.md)")
+    reasons = [refusal.reason for refusal in table.refused]
+    out += [f"  not priced at all: {reasons.count(reason)} row(s): {reason}" for reason in dict.fromkeys(reasons)]
+    return "\n".join(out)
+
+
+def plan_text(plan: Plan, catalog_name: str, top: int) -> str:
+    """Console text: what the plan assumes, what it left out, the ranked options, and why the winner wins."""
+    request = plan.request
+    sizes = [] if plan.image_size is None else [plan.image_size]
+    cpu_projected = any(option.line.basis == "projected_from_cpu_profile" for option in plan.options)
+    basis = "spot" if request.spot else "on-demand"
+    limits = [f"budget ${request.budget_usd:g}" if request.budget_usd else "",
+              f"deadline {request.deadline_hours:g} h" if request.deadline_hours else ""]
+    out = [f"plan: {request.model} at effective batch {request.effective_batch}, ranked by {basis} USD per run"
+           + "".join(f", {limit}" for limit in limits if limit)]
+    out += [f"  {text}" for text in _context(request.workload, plan.assumptions, sizes, catalog_name,
+                                             plan.oldest_price_observed, cpu_projected)]
+    if plan.left_out:
+        out.append("  left out: " + "; ".join(f"{count} {why}" for why, count in plan.left_out.items()))
+    if plan.options:
+        out.append(f"  {'rank':>4}  {'usd_per_run':>11}  {'hours_per_run':>13}  {'instance':<44} "
+                   f"{'configuration':<36} basis")
+    for rank, option in enumerate(plan.options[:top], start=1):
+        out.append(f"  {rank:>4}  {option.usd_per_run:>11,.2f}  {option.hours_per_run:>13,.2f}  "
+                   f"{option.line.instance.label:<44} {option.configuration:<36} {option.evidence}")
+    if len(plan.options) > top:
+        out.append(f"  ... {len(plan.options) - top} more (--top)")
+    out.append(f"why: {plan.reason}")
+    return "\n".join(out)
+
+
+def chart(table: CostTable, path: Path, title: str, max_strategies: int = 6) -> None:
+    """Dollars per run (on-demand, log scale) by instance, one bar group per strategy; projections hatched."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    cheapest = [ln.row for ln in cheapest_per_strategy(table)]
+    strategies = cheapest[:max_strategies]
+    instances = list(dict.fromkeys(ln.instance for ln in sorted(table.priced, key=lambda ln: ln.instance.usd_per_hour)))
+    by_key = {(ln.row.cell_id, ln.instance): ln for ln in table.priced}
+    colours = [plt.get_cmap("tab20" if i < 20 else "tab20b")(i % 20) for i in range(len(instances))]
+    width = 0.85 / max(len(instances), 1)
+    figure, axes = plt.subplots(figsize=(max(10.0, 2.2 * len(strategies) + 5), 6.0))
+    for i, instance in enumerate(instances):
+        for g, row in enumerate(strategies):
+            line = by_key.get((row.cell_id, instance))
+            if line is not None:
+                axes.bar(g + (i - len(instances) / 2 + 0.5) * width, line.cost.usd_per_run, width,
+                         color=colours[i], hatch=None if line.basis == "measured" else "//",
+                         edgecolor="black", linewidth=0.3)
+    # Legend patches carry the colour only: hatching marks the basis, bar by bar.
+    axes.legend(handles=[Patch(facecolor=colours[i], edgecolor="black", linewidth=0.3, label=instance.label)
+                         for i, instance in enumerate(instances)],
+                fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes.set_xticks(range(len(strategies)), [row.strategy for row in strategies], rotation=20, ha="right", fontsize=8)
+    axes.set_yscale("log")
+    axes.set_ylabel("USD per run, on-demand (log scale)")
+    note = f"{table.workload.describe()}; hatched bars are projections, solid are measured on that GPU"
+    if any(ln.basis == "projected_from_cpu_profile" for ln in table.priced):
+        note += "\nprojected from CPU-profile rows (reduced size, measured on a CPU): NOT GPU measurements"
+    shown = f" ({len(strategies)} cheapest of {len(cheapest)} strategies)" if len(strategies) < len(cheapest) else ""
+    axes.set_title(f"Dollars per run: {title}{shown}\n{note}", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _money(value: float | None) -> str:
+    return "" if value is None else f"{value:,.2f}"

@@ -1,0 +1,219 @@
+"""A ranked plan: which (instance, micro-batch, accumulation, precision, checkpointing,
+optimizer) trains a model at a target effective batch for the fewest dollars.
+
+Candidates come from measured rows priced by `bench.cost.price`. On an instance with n GPUs the
+target effective batch E is split as micro_batch x accum_steps_per_gpu x n, so a row with
+micro-batch m serves E when m x n divides E. When that changes the accumulation the row was
+measured with, per-sample speed and peak memory are assumed unchanged (both are set by the
+micro-batch; the optimizer step is amortised over fewer samples, so this errs fast) and the
+option says so. Options that do not fit, lack a speed, break the budget or the deadline
+are counted and left out; the rest are ranked by dollars per run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from bench.cost.catalog import Instance
+from bench.cost.price import (
+    Assumptions,
+    CostLine,
+    MeasuredRow,
+    MeasuredScaling,
+    Workload,
+    measured_scaling,
+    price_line,
+)
+from bench.errors import BadInput
+
+
+class PlanError(BadInput):
+    """The rows cannot answer the request as asked. The message is one line."""
+
+
+# Better evidence first: a GPU measurement, then a projection from one, then from a CPU profile.
+_EVIDENCE = {"measured": 0, "projected_from_gpu": 1, "projected_from_cpu_profile": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """What to train, and the limits a plan must respect."""
+
+    model: str
+    """timm model name, as in the rows' `model` column."""
+    effective_batch: int
+    """Samples per optimizer step across all GPUs."""
+    workload: Workload = Workload()
+    image_size: int | None = None
+    """Only rows at this image size; required when the rows have several."""
+    budget_usd: float | None = None
+    """Leave out options costing more per run."""
+    deadline_hours: float | None = None
+    """Leave out options taking longer per run."""
+    spot: bool = False
+    """Rank by spot prices (options without one are left out)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run the plan, priced."""
+
+    line: CostLine
+    """A priced line (`line.cost` is set)."""
+    accum_steps_per_gpu: int
+    spot: bool = False
+    """Priced at the spot rate instead of on-demand."""
+
+    @property
+    def usd_basis(self) -> str:
+        return "spot" if self.spot else "on-demand"
+
+    @property
+    def usd_per_hour(self) -> float:
+        instance = self.line.instance
+        return instance.spot_usd_per_hour if self.spot else instance.usd_per_hour
+
+    @property
+    def hours_per_run(self) -> float:
+        return self.line.cost.hours_per_run
+
+    @property
+    def usd_per_run(self) -> float:
+        return self.hours_per_run * self.usd_per_hour
+
+    @property
+    def configuration(self) -> str:
+        """`16x1 per GPU bf16 ckpt-off adamw`."""
+        row = self.line.row
+        return (f"{row.micro_batch}x{self.accum_steps_per_gpu} per GPU {row.precision} "
+                f"ckpt-{row.checkpointing} {row.optimizer}")
+
+    @property
+    def evidence(self) -> str:
+        """The speed's basis, plus the re-split accumulation when there is one."""
+        row = self.line.row
+        text = self.line.basis or ""
+        if self.accum_steps_per_gpu != row.accum_steps:
+            text += f"; measured at {row.micro_batch}x{row.accum_steps}, speed and memory assumed the same"
+        return text
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Options ranked cheapest first, what was left out and why, and why the winner wins."""
+
+    request: PlanRequest
+    assumptions: Assumptions
+    image_size: int | None
+    """The image size of the rows considered (None when no row matched the model)."""
+    options: tuple[Option, ...]
+    left_out: dict[str, int]
+    reason: str
+
+    @property
+    def oldest_price_observed(self) -> str | None:
+        return min((option.line.instance.observed for option in self.options), default=None)
+
+
+def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request: PlanRequest,
+              assumptions: Assumptions) -> Plan:
+    """Rank every fitting option by dollars per run (on-demand, or spot when asked).
+
+    Example: two made-up L4 rows; the larger micro-batch is faster, so it wins on the one instance:
+        >>> from bench.cost.catalog import load_catalog
+        >>> def row(micro, accum, samples_per_s):
+        ...     return MeasuredRow(cell_id=f"{micro}x{accum}", experiment="e", profile="cuda", model="m",
+        ...         image_size=224, micro_batch=micro, accum_steps=accum, precision="bf16", checkpointing="off",
+        ...         optimizer="adamw", device_type="cuda", device_name="NVIDIA L4", samples_per_s=samples_per_s,
+        ...         mfu_pct=None, model_flops_per_sample=None, peak_memory_bytes=2**33)
+        >>> g6 = tuple(i for i in load_catalog().select() if i.instance == "g6.xlarge")
+        >>> plan = make_plan([row(64, 2, 400.0), row(8, 16, 300.0)], g6,
+        ...                  PlanRequest(model="m", effective_batch=128), Assumptions())
+        >>> [o.configuration for o in plan.options]
+        ['64x2 per GPU bf16 ckpt-off adamw', '8x16 per GPU bf16 ckpt-off adamw']
+    """
+    rows = [row for row in rows if row.model == request.model
+            and (request.image_size is None or row.image_size == request.image_size)]
+    sizes = sorted({row.image_size for row in rows})
+    if len(sizes) > 1:
+        raise PlanError(f"rows for {request.model} have image sizes {sizes}: choose one (--image-size)")
+    left_out: Counter[str] = Counter()
+    best: dict[tuple, Option] = {}
+    measured = measured_scaling(rows)
+    for row in rows:
+        if row.world_size > 1:
+            left_out["data-parallel rows (their measured scaling efficiency is used instead)"] += 1
+            continue
+        if row.on_cpu and not assumptions.allow_cpu_projection:
+            left_out["CPU-profile rows, not projected to GPUs (--allow-cpu-projection)"] += 1
+            continue
+        for instance in instances:
+            option = _option(row, instance, request, assumptions, measured, left_out)
+            if option is not None:
+                key = (instance, option.configuration)
+                if key not in best or _better_evidence(option, best[key]):
+                    best[key] = option
+    options = tuple(sorted(best.values(), key=lambda o: (o.usd_per_run, o.hours_per_run)))
+    return Plan(request, assumptions, sizes[0] if sizes else None, options, dict(left_out), explain(options))
+
+
+def _option(row: MeasuredRow, instance: Instance, request: PlanRequest, assumptions: Assumptions,
+            measured: MeasuredScaling, left_out: Counter[str]) -> Option | None:
+    per_step = row.micro_batch * instance.gpu_count
+    if request.effective_batch % per_step:
+        left_out[f"micro-batch x GPUs does not divide the effective batch {request.effective_batch}"] += 1
+        return None
+    line = price_line(row, instance, request.workload, assumptions, measured)
+    if line.cost is None:
+        left_out[{"does_not_fit": "do not fit in memory"}.get(line.status, "no speed (no peak or no MFU)")] += 1
+        return None
+    option = Option(line, request.effective_batch // per_step, spot=request.spot)
+    if request.spot and instance.spot_usd_per_hour is None:
+        left_out["no spot price"] += 1
+    elif request.budget_usd is not None and option.usd_per_run > request.budget_usd:
+        left_out[f"over the ${request.budget_usd:g} budget"] += 1
+    elif request.deadline_hours is not None and option.hours_per_run > request.deadline_hours:
+        left_out[f"past the {request.deadline_hours:g} h deadline"] += 1
+    else:
+        return option
+    return None
+
+
+def _better_evidence(new: Option, old: Option) -> bool:
+    # Same instance and configuration from two rows: the better-evidenced one stands; at equal
+    # evidence the exact accumulation, then the slower (the conservative) one.
+    def rank(option: Option) -> tuple:
+        exact = option.accum_steps_per_gpu == option.line.row.accum_steps
+        return _EVIDENCE[option.line.basis or ""], not exact, -option.hours_per_run
+    return rank(new) < rank(old)
+
+
+def explain(options: tuple[Option, ...]) -> str:
+    """One line: why the first option beats the second (faster, cheaper per hour, or both).
+
+    >>> explain(())
+    'nothing fits the request'
+    """
+    if not options:
+        return "nothing fits the request"
+    winner = options[0]
+    head = (f"{winner.line.instance.label}, {winner.configuration}: ${winner.usd_per_run:,.2f} "
+            f"{winner.usd_basis} for {winner.hours_per_run:,.1f} h ({winner.line.basis})")
+    if len(options) == 1:
+        return f"{head}: the only option that fits"
+    runner = options[1]
+    versus = f"vs ${runner.usd_per_run:,.2f} for the runner-up, "
+    speed = runner.hours_per_run / winner.hours_per_run  # > 1: the winner is faster
+    price = runner.usd_per_hour / winner.usd_per_hour  # > 1: the winner is cheaper per hour
+    faster = "as fast" if abs(speed - 1) < 0.005 else f"{speed:.2f}x faster"
+    if runner.line.instance == winner.line.instance:
+        return f"{head} {versus}{runner.configuration} on the same instance: {faster}"
+    versus += f"{runner.line.instance.label}, {runner.configuration}: "
+    if speed >= 1 and price >= 1:
+        why = f"{faster} and {price:.2f}x cheaper per hour"
+    elif speed >= 1:
+        why = f"{faster}, which outweighs {1 / price:.2f}x the hourly price"
+    else:
+        why = f"{price:.2f}x cheaper per hour, which outweighs being {1 / speed:.2f}x slower"
+    return f"{head} {versus}{why}"

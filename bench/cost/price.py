@@ -1,0 +1,424 @@
+"""Dollars per training run: measured rows x instance catalog x workload -> a priced table.
+
+Pure arithmetic (no files, no clock, no device): numbers in, dataclasses out, like
+Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
+
+- `measured`: the row's own samples/s, on an instance with the GPU the row ran on;
+- `projected_from_gpu`: the row's MFU times the target GPU's datasheet dense peak for the
+  row's precision, over the row's model FLOPs per sample. It assumes the MFU carries over;
+  the assumption names the peak and memory-bandwidth ratios between the two GPUs;
+- `projected_from_cpu_profile`: the same arithmetic from a row measured on a CPU at its
+  profile's reduced size. Refused unless asked for, and labelled: never a GPU measurement.
+
+A multi-GPU instance runs data parallel, each GPU running the measured configuration
+(global batch = effective_batch x GPUs): its samples/s = per-GPU x GPUs x scaling efficiency.
+The efficiency is measured where the rows have it (a DDP row of the same configuration,
+world_size > 1: `scaling_for`), else the `Assumptions` default; every line says which.
+Memory fit: the row's peak (CUDA reserved when present, else `peak_memory_bytes`) plus
+headroom against the GPU's nominal memory; what does not fit is marked and not priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+from bench.cost.catalog import Instance
+from bench.measure.hardware import GpuSpec, find_gpu
+from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
+from bench.units import GIB
+
+IMAGENET_1K_TRAIN_IMAGES = 1_281_167
+SECONDS_PER_HOUR = 3600
+
+Basis = Literal["measured", "projected_from_gpu", "projected_from_cpu_profile"]
+Status = Literal["priced", "does_not_fit", "no_peak", "no_mfu"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What one training run processes.
+
+    Example:
+        >>> Workload().samples_per_run
+        115305030.0
+    """
+
+    dataset_size: int = IMAGENET_1K_TRAIN_IMAGES
+    """Training samples per epoch (default: the ImageNet-1k train split)."""
+    epochs: float = 90
+    """Passes over the dataset."""
+
+    def __post_init__(self) -> None:
+        if self.dataset_size <= 0 or self.epochs <= 0:
+            raise ValueError(f"workload: dataset_size and epochs must be positive, "
+                             f"got {self.dataset_size} and {self.epochs}")
+
+    @property
+    def samples_per_run(self) -> float:
+        return float(self.dataset_size * self.epochs)
+
+    def describe(self) -> str:
+        """`1,281,167 samples x 90 epochs`."""
+        return f"{self.dataset_size:,} samples x {self.epochs:g} epochs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assumptions:
+    """The knobs of a cost estimate that are not measurements."""
+
+    scaling_efficiency: float = 0.9
+    """Multi-GPU samples/s as a fraction of per-GPU samples/s x GPUs (1.0: perfect scaling)."""
+    headroom: float = DEFAULT_HEADROOM
+    """Memory kept free above the measured peak, as a fraction of the peak."""
+    allow_cpu_projection: bool = False
+    """Project CPU-profile rows to GPUs (labelled `projected_from_cpu_profile`) instead of refusing."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.scaling_efficiency <= 1:
+            raise ValueError(f"scaling_efficiency must be in (0, 1], got {self.scaling_efficiency}")
+        if self.headroom < 0:
+            raise ValueError(f"headroom must be >= 0, got {self.headroom}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredRow:
+    """The fields of a runs.csv row (status ok) that cost arithmetic reads."""
+
+    cell_id: str
+    experiment: str
+    profile: str
+    model: str
+    image_size: int
+    micro_batch: int
+    accum_steps: int
+    precision: str
+    checkpointing: str
+    optimizer: str
+    device_type: str
+    device_name: str
+    samples_per_s: float
+    mfu_pct: float | None
+    model_flops_per_sample: float | None
+    peak_memory_bytes: int
+    peak_reserved_bytes: int | None = None
+    memory_source: str = ""
+    world_size: int = 1
+    """Processes the row was measured on (DDP); rows with more than one measure scaling, not speed."""
+    ddp_sync: str = "no_sync"
+    scaling_efficiency: float | None = None
+    """Global samples/s over world_size x the 1-process row's, measured (world_size > 1)."""
+
+    @classmethod
+    def from_runs_row(cls, row: Mapping[str, object]) -> MeasuredRow:
+        """One row of `results/<experiment>/<device-tag>/runs.csv` as typed values, None where empty
+        (`bench.results.read.records`); its status must be ok."""
+        if row["status"] != "ok":
+            raise ValueError(f"{row['cell_id']}: status {row['status']}, only ok rows carry measurements")
+
+        def number(column: str) -> float | None:
+            value = row.get(column)
+            return None if value is None else float(value)
+
+        reserved = number("peak_reserved_bytes")
+        return cls(cell_id=row["cell_id"], experiment=row["experiment"], profile=row["profile"],
+                   model=row["model"], image_size=int(row["image_size"]), micro_batch=int(row["micro_batch"]),
+                   accum_steps=int(row["accum_steps"]), precision=row["precision"],
+                   checkpointing=row["checkpointing"], optimizer=row["optimizer"],
+                   device_type=row["device_type"], device_name=row["device_name"],
+                   samples_per_s=float(row["samples_per_s"]), mfu_pct=number("mfu_pct"),
+                   model_flops_per_sample=number("model_flops_per_sample"),
+                   peak_memory_bytes=int(row["peak_memory_bytes"]),
+                   peak_reserved_bytes=None if reserved is None else int(reserved),
+                   memory_source=row["memory_source"], world_size=int(row["world_size"] or 1),
+                   ddp_sync=row["ddp_sync"] or "no_sync", scaling_efficiency=number("scaling_efficiency"))
+
+    @property
+    def effective_batch(self) -> int:
+        return self.micro_batch * self.accum_steps
+
+    @property
+    def configuration(self) -> tuple:
+        """What a scaling measurement must share with a row to stand for it (the device aside)."""
+        return (self.model, self.image_size, self.micro_batch, self.accum_steps, self.precision,
+                self.checkpointing, self.optimizer)
+
+    @property
+    def strategy(self) -> str:
+        """`128x1 bf16 ckpt-off adamw`: micro-batch x accumulation, precision, checkpointing, optimizer."""
+        return (f"{self.micro_batch}x{self.accum_steps} {self.precision} "
+                f"ckpt-{self.checkpointing} {self.optimizer}")
+
+    @property
+    def on_cpu(self) -> bool:
+        """Measured on a CPU (its profile's reduced size), not on a GPU."""
+        return self.device_type != "cuda" or self.profile == "cpu"
+
+    @property
+    def measured_gpu(self) -> GpuSpec | None:
+        """The GPU catalog row of the device that measured this row; None on a CPU or an unknown GPU."""
+        return None if self.on_cpu else find_gpu(self.device_name)
+
+    def memory_peak(self) -> tuple[int, str]:
+        """(bytes, what they are): CUDA reserved when present, else `peak_memory_bytes`."""
+        if self.peak_reserved_bytes is not None:
+            return self.peak_reserved_bytes, "cuda_reserved (max_memory_reserved)"
+        if self.memory_source == "tracked_tensors":
+            return self.peak_memory_bytes, "tracked_tensors (CPU MemTracker peak; no CUDA allocator or context)"
+        return self.peak_memory_bytes, self.memory_source or "peak_memory_bytes"
+
+
+def projected_samples_per_s(mfu_pct: float, model_flops_per_sample: float, peak_flops_per_s: float) -> float:
+    """Samples/s a GPU with `peak_flops_per_s` reaches if it runs at the measured MFU.
+
+    Example: 40 % of an A100's 312 TFLOP/s bf16 peak, at 24.6 GFLOP per sample:
+        >>> round(projected_samples_per_s(40.0, 24.6e9, 312e12))
+        5073
+    """
+    return mfu_pct / 100 * peak_flops_per_s / model_flops_per_sample
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """Time and price of one run on one instance."""
+
+    samples_per_s: float
+    """The whole instance: per-GPU x GPUs x scaling efficiency (when GPUs > 1)."""
+    hours_per_run: float
+    usd_per_run: float
+    spot_usd_per_run: float | None
+    """None when the catalog has no spot price."""
+
+
+def run_cost(*, samples_per_run: float, samples_per_s_per_gpu: float, gpu_count: int,
+             scaling_efficiency: float, usd_per_hour: float, spot_usd_per_hour: float | None = None) -> RunCost:
+    """Hours and dollars for `samples_per_run` samples on an instance with `gpu_count` GPUs.
+
+    Seed 002's arithmetic: 17.8 h on one A100, spread over a p4d.24xlarge's 8 GPUs at
+    $32.77/h with perfect scaling, is 2.2 h and about $73:
+        >>> c = run_cost(samples_per_run=1.0, samples_per_s_per_gpu=1 / (17.8 * 3600), gpu_count=8,
+        ...              scaling_efficiency=1.0, usd_per_hour=32.77)
+        >>> round(c.hours_per_run, 3), round(c.usd_per_run)
+        (2.225, 73)
+    """
+    efficiency = scaling_efficiency if gpu_count > 1 else 1.0
+    instance_samples_per_s = samples_per_s_per_gpu * gpu_count * efficiency
+    hours = samples_per_run / instance_samples_per_s / SECONDS_PER_HOUR
+    spot = None if spot_usd_per_hour is None else hours * spot_usd_per_hour
+    return RunCost(instance_samples_per_s, hours, hours * usd_per_hour, spot)
+
+
+MeasuredScaling = Mapping[tuple, Mapping[int, MeasuredRow]]
+"""Data-parallel rows with a measured efficiency, by configuration, then by world size."""
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """The scaling efficiency a multi-GPU line runs at, and how it is known."""
+
+    efficiency: float
+    basis: str
+
+
+def measured_scaling(rows: list[MeasuredRow]) -> dict[tuple, dict[int, MeasuredRow]]:
+    """The rows that measured scaling: world_size > 1, `no_sync` (the correct loop), efficiency present."""
+    found: dict[tuple, dict[int, MeasuredRow]] = {}
+    for row in rows:
+        if row.world_size > 1 and row.ddp_sync == "no_sync" and row.scaling_efficiency is not None:
+            found.setdefault(row.configuration, {})[row.world_size] = row
+    return found
+
+
+def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, default: float) -> Scaling:
+    """The efficiency of `row`'s configuration on `gpu_count` GPUs: measured at that count, else at the
+    largest measured count below it (labelled as such), else `default` (assumed).
+
+    Example: measured 0.94 on 2 processes, asked for 8 GPUs:
+        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        ...     micro_batch=64, accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw",
+        ...     device_type="cuda", device_name="NVIDIA H200", samples_per_s=1.0, mfu_pct=None,
+        ...     model_flops_per_sample=None, peak_memory_bytes=1, world_size=2, scaling_efficiency=0.94)
+        >>> scaling_for(row, 8, measured_scaling([row]), 0.9)
+        Scaling(efficiency=0.94, basis='measured with 2 processes on NVIDIA H200, applied to 8 GPUs')
+    """
+    by_size = measured.get(row.configuration, {})
+    below = [size for size in by_size if size <= gpu_count]
+    if not below:
+        return Scaling(default, "assumed (--scaling-efficiency)")
+    size = max(below)
+    source = by_size[size]
+    applied = "" if size == gpu_count else f", applied to {gpu_count} GPUs"
+    return Scaling(source.scaling_efficiency, f"measured with {size} processes on {source.device_name}{applied}")
+
+
+@dataclass(frozen=True)
+class GpuSpeed:
+    """Per-GPU samples/s of a row on a GPU, and how it is known."""
+
+    samples_per_s: float
+    basis: Basis
+    assumption: str
+
+
+def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
+    """The row's per-GPU samples/s on `gpu`, or (status, why not) when there is no honest number.
+
+    Example: a row measured on an A100-40GB at 40 % MFU, projected to an H100 (same MFU):
+        >>> from bench.measure.hardware import gpu_spec
+        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        ...     micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw",
+        ...     device_type="cuda", device_name="NVIDIA A100-SXM4-40GB", samples_per_s=5073.2,
+        ...     mfu_pct=40.0, model_flops_per_sample=24.6e9, peak_memory_bytes=2**34)
+        >>> speed = gpu_speed(row, gpu_spec("H100-80GB"))
+        >>> speed.basis, round(speed.samples_per_s)
+        ('projected_from_gpu', 16081)
+    """
+    measured = row.measured_gpu
+    if measured is not None and measured.gpu == gpu.gpu:
+        return GpuSpeed(row.samples_per_s, "measured", f"measured on {row.device_name}")
+    peak = gpu.peak_flops_per_s(row.precision)
+    if peak is None:
+        return "no_peak", f"{gpu.gpu} datasheet has no {row.precision} peak: no projection"
+    if row.mfu_pct is None or not row.model_flops_per_sample:
+        return "no_mfu", f"row has no MFU ({row.device_name} has no known peak): no projection"
+    samples_per_s = projected_samples_per_s(row.mfu_pct, row.model_flops_per_sample, peak)
+    target = f"{gpu.gpu}'s {row.precision} datasheet peak {peak / 1e12:g} TFLOP/s"
+    if row.on_cpu:
+        return GpuSpeed(samples_per_s, "projected_from_cpu_profile",
+                        f"NOT a GPU measurement: MFU {row.mfu_pct:.1f}% (of a measured matmul peak) on a CPU ({row.device_name}) "
+                        f"at the CPU profile's reduced size ({row.image_size} px, effective batch "
+                        f"{row.effective_batch}) applied to {target}")
+    return GpuSpeed(samples_per_s, "projected_from_gpu",
+                    f"projection: MFU {row.mfu_pct:.1f}% measured on {measured.gpu if measured else row.device_name} "
+                    f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}")
+
+
+def _ratios(measured: GpuSpec | None, target: GpuSpec, precision: str) -> str:
+    measured_peak = measured.peak_flops_per_s(precision) if measured else None
+    if measured is None or not measured_peak:
+        return ""
+    text = f" ({target.peak_flops_per_s(precision) / measured_peak:.2f}x the peak"
+    if measured.memory_bandwidth_gb_per_s and target.memory_bandwidth_gb_per_s:
+        text += f", {target.memory_bandwidth_gb_per_s / measured.memory_bandwidth_gb_per_s:.2f}x the memory bandwidth"
+    return text + f" of {measured.gpu})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostLine:
+    """One measured row on one instance: priced, or marked with why not."""
+
+    row: MeasuredRow
+    instance: Instance
+    status: Status
+    note: str
+    """How the speed is known (basis and assumption), or why the line is not priced."""
+    basis: Basis | None
+    samples_per_s_per_gpu: float | None
+    memory: MemoryFit
+    memory_basis: str
+    cost: RunCost | None
+    scaling: Scaling | None = None
+    """The scaling efficiency used on a multi-GPU instance; None on one GPU."""
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step across the instance: every GPU runs the measured configuration."""
+        return self.row.effective_batch * self.instance.gpu_count
+
+
+def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumptions: Assumptions,
+               measured: MeasuredScaling | None = None) -> CostLine:
+    """`row` on `instance`: memory fit first, then speed, then hours and dollars.
+
+    `measured`: scaling efficiencies measured by data-parallel rows (`measured_scaling`).
+    """
+    peak_bytes, memory_basis = row.memory_peak()
+    fit = memory_fit(peak_bytes, assumptions.headroom, instance.gpu_spec.memory_gib)
+    speed = gpu_speed(row, instance.gpu_spec)
+    scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency)
+               if instance.gpu_count > 1 else None)
+    common = dict(row=row, instance=instance, memory=fit, memory_basis=memory_basis, scaling=scaling)
+    if isinstance(speed, tuple):
+        status, why = speed
+        return CostLine(**common, status=status, note=why, basis=None, samples_per_s_per_gpu=None, cost=None)
+    note = speed.assumption
+    if scaling is not None:
+        note += (f"; x{instance.gpu_count} GPUs at {scaling.efficiency:.3g} scaling efficiency, {scaling.basis} "
+                 f"(data parallel, global batch {row.effective_batch * instance.gpu_count})")
+    if not fit.fits:
+        return CostLine(**common, status="does_not_fit", basis=speed.basis, samples_per_s_per_gpu=speed.samples_per_s,
+                        note=f"does not fit: needs {fit.required_bytes / GIB:.1f} GiB ({memory_basis} "
+                             f"+ {assumptions.headroom:.0%} headroom), {instance.gpu} has "
+                             f"{fit.capacity_bytes / GIB:g} GiB", cost=None)
+    cost = run_cost(samples_per_run=workload.samples_per_run, samples_per_s_per_gpu=speed.samples_per_s,
+                    gpu_count=instance.gpu_count, scaling_efficiency=scaling.efficiency if scaling else 1.0,
+                    usd_per_hour=instance.usd_per_hour, spot_usd_per_hour=instance.spot_usd_per_hour)
+    return CostLine(**common, status="priced", note=note, basis=speed.basis,
+                    samples_per_s_per_gpu=speed.samples_per_s, cost=cost)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A row left out of the whole table, and why."""
+
+    row: MeasuredRow
+    reason: str
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Every (row, instance) line, the rows refused outright, and what the numbers assume."""
+
+    lines: tuple[CostLine, ...]
+    refused: tuple[Refusal, ...]
+    workload: Workload
+    assumptions: Assumptions
+    priced: tuple[CostLine, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "priced", tuple(line for line in self.lines if line.status == "priced"))
+
+    @property
+    def oldest_price_observed(self) -> str | None:
+        """The oldest `observed` date among the prices actually used; None if nothing was priced."""
+        return min((line.instance.observed for line in self.priced), default=None)
+
+
+DATA_PARALLEL_REFUSAL = ("data-parallel row (world_size > 1): its measured scaling efficiency prices the "
+                         "1-process row of the same configuration on multi-GPU instances")
+
+
+def cpu_refusal(row: MeasuredRow) -> str:
+    """Why a CPU-profile row is not projected to GPUs by default."""
+    return (f"CPU-profile row (measured on a CPU, {row.device_name}, at {row.image_size} px, "
+            f"effective batch {row.effective_batch}); a GPU price from it would be a projection, not a "
+            f"GPU measurement, so it is not priced unless CPU projection is allowed (--allow-cpu-projection)")
+
+
+def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workload: Workload,
+               assumptions: Assumptions) -> CostTable:
+    """Every row on every instance.
+
+    Example (a made-up row measured on an L4, priced on AWS's g6.xlarge):
+        >>> from bench.cost.catalog import load_catalog
+        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        ...     micro_batch=64, accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw",
+        ...     device_type="cuda", device_name="NVIDIA L4", samples_per_s=400.0, mfu_pct=8.1,
+        ...     model_flops_per_sample=24.6e9, peak_memory_bytes=10 * 2**30)
+        >>> g6 = [i for i in load_catalog().select() if i.instance == "g6.xlarge"]
+        >>> line, = price_rows([row], tuple(g6), Workload(), Assumptions()).priced
+        >>> line.basis, round(line.cost.hours_per_run, 1), round(line.cost.usd_per_run, 2)
+        ('measured', 80.1, 64.44)
+    """
+    lines: list[CostLine] = []
+    refused: list[Refusal] = []
+    measured = measured_scaling(rows)
+    for row in rows:
+        if row.world_size > 1:
+            refused.append(Refusal(row, DATA_PARALLEL_REFUSAL))
+            continue
+        if row.on_cpu and not assumptions.allow_cpu_projection:
+            refused.append(Refusal(row, cpu_refusal(row)))
+            continue
+        lines.extend(price_line(row, instance, workload, assumptions, measured) for instance in instances)
+    return CostTable(tuple(lines), tuple(refused), workload, assumptions)

@@ -1,0 +1,32 @@
+"""Bad input: one family of exceptions, turned into one line and exit code 2 in one place (`bench.cli`).
+
+Every message is one line that names where the problem is (the file and key, or the command-line
+option) and what is allowed. Failures that are not the user's input (a cell that crashes, a device
+that runs out of memory) are rows, never these.
+"""
+
+from __future__ import annotations
+
+
+class BadInput(Exception):
+    """Input the user can fix. The message is one line: where, what is wrong, what is allowed."""
+
+
+class GridFileError(BadInput):
+    """A grid file (TOML under `experiments/`) is invalid, or asks for what the device cannot run."""
+
+
+class OptionError(BadInput):
+    """A command-line option or argument is invalid; the message starts with its name."""
+
+
+class ResultsFileError(BadInput):
+    """A results folder or runs file cannot be used as asked."""
+
+
+class CatalogError(BadInput):
+    """A GPU or instance catalog file is invalid."""
+
+
+class DeviceUnavailable(BadInput):
+    """The device asked for is not on this machine."""

@@ -1,0 +1,1 @@
+"""Grid files and their cells: the axes, the TOML spec, the expansion into cells."""

@@ -1,0 +1,190 @@
+"""One configuration of a grid, and the one list of its axes.
+
+A `Cell` field that a grid file can vary is an *axis*: it carries an `Axis` in its metadata.
+Everything else that knows about axes derives from this class: the grid file's `[grid]` and
+`exclude` keys and their validation (`bench.grid.spec`), the runs file's configuration columns
+(`bench.results.schema`), the step's keyword options and `bench probe`'s options. Adding an
+axis is one field here (with `extra=True` and a default, so ids of committed rows stay valid).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from functools import cache
+from typing import Any, Literal
+
+Precision = Literal["fp32", "bf16", "fp16"]
+CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]*)$"
+"""Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks)."""
+OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
+Profile = Literal["cuda", "cpu"]
+DdpSync = Literal["no_sync", "every_step"]
+LossTracking = Literal["detached", "item", "live_tensor"]
+ZeroGrad = Literal["none", "zeros"]
+AuxLoss = Literal["off", "attached", "detached"]
+Allocator = Literal["default", "expandable_segments"]
+Compile = Literal["off", "on"]
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+"""`Axis.grid_default` of an axis every grid file must list."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """How a `Cell` field is set from a grid file's `[grid]` (a list of values, one product axis)."""
+
+    grid_default: Any = REQUIRED
+    """The value a grid file that omits the axis gets; `REQUIRED`: it must list it."""
+    extra: bool = False
+    """Added after results were committed: in the cell id only when away from its default."""
+    minimum: int | None = None
+    """Smallest allowed value of a whole-number axis."""
+    pattern: str | None = None
+    """Regular expression a text axis must match (its values are not a fixed list)."""
+    step_option: bool = False
+    """Passed to `bench.train.step.train_step` as a keyword option of the same name."""
+    probe_option: bool = True
+    """Offered by `bench probe` as `--<name>` (the probe searches the micro-batch itself)."""
+
+
+def axis(doc: str, *, default: Any = MISSING, **settings: Any) -> Any:
+    """A `Cell` field that grid files vary. An extra axis's default is also its grid default."""
+    if settings.get("extra"):
+        settings.setdefault("grid_default", default)
+    return field(default=default, metadata={"doc": doc, "axis": Axis(**settings)})
+
+
+def described(doc: str, *, default: Any = MISSING) -> Any:
+    """A `Cell` field set by the grid as a whole (name, profile, pairs, run settings), not an axis."""
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """A fully resolved grid cell.
+
+    Example:
+        >>> c = Cell(experiment="smoke", profile="cpu", model="test_vit", image_size=32,
+        ...          micro_batch=4, accum_steps=2, precision="fp32", checkpointing="off",
+        ...          optimizer="sgd", channels_last=False, warmup_steps=1, measured_steps=2)
+        >>> c.effective_batch
+        8
+    """
+
+    experiment: str = described("grid name (experiment.name)")
+    profile: Profile = described("cuda (the grid as written) or cpu (its CPU profile)")
+    model: str = axis("timm model name, random init")
+    image_size: int = axis("square input side, pixels", minimum=1)
+    micro_batch: int = described("samples per forward/backward")
+    accum_steps: int = described("micro-batches per optimizer step (K)")
+    precision: Precision = axis("fp32 (TF32 off) | bf16 (autocast) | fp16 (autocast + GradScaler)")
+    checkpointing: str = axis("off | full (timm set_grad_checkpointing) | last-<N> (the last N blocks)",
+                              grid_default="off", pattern=CHECKPOINTING_PATTERN)
+    optimizer: OptimizerName = axis("adamw | adamw8bit (bitsandbytes) | sgd (momentum 0.9)", grid_default="adamw")
+    channels_last: bool = axis("model and inputs in channels-last format", grid_default=False)
+    warmup_steps: int = described("optimizer steps before measuring")
+    measured_steps: int = described("timed optimizer steps")
+    seed: int = described("seed for weights and synthetic data", default=0)
+
+    # Axes added after the first results were committed go below, each `extra=True` with a
+    # default: at its default it stays out of the id, so old ids stay valid.
+    world_size: int = axis("processes training together (DDP through torchrun, gloo on CPU, NCCL on CUDA); 1: no DDP",
+                           default=1, extra=True, minimum=1, probe_option=False)
+    ddp_sync: DdpSync = axis("no_sync (all-reduce on the last micro-step only) | every_step (on every micro-step)",
+                             default="no_sync", extra=True, probe_option=False)
+    loss_tracking: LossTracking = axis("running loss kept as: detached (tensor) | item (float, host sync) | "
+                                       "live_tensor (keeps graphs)", default="detached", extra=True, step_option=True)
+    zero_grad: ZeroGrad = axis("after the step: none (set_to_none=True) | zeros (gradients kept allocated)",
+                               default="none", extra=True, step_option=True)
+    aux_loss: AuxLoss = axis("seed 000's 0.01 x mean(logits**2) term: off | attached | detached",
+                             default="off", extra=True, step_option=True)
+    allocator: Allocator = axis("CUDA allocator: default | expandable_segments (PYTORCH_CUDA_ALLOC_CONF)",
+                                default="default", extra=True)
+    compile: Compile = axis("off | on (torch.compile of the model)", default="off", extra=True, probe_option=False)
+    trace_steps: int = axis("optimizer steps in the untimed memory trace", default=1, extra=True, minimum=1,
+                            probe_option=False)
+
+    @property
+    def effective_batch(self) -> int:
+        return self.micro_batch * self.accum_steps
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step across all processes: effective_batch x world_size."""
+        return self.effective_batch * self.world_size
+
+    @property
+    def step_options(self) -> dict[str, Any]:
+        """The keyword options of `bench.train.step.train_step` this cell sets."""
+        return {name: getattr(self, name) for name, spec in axes(type(self)).items() if spec.step_option}
+
+    @property
+    def cell_id(self) -> str:
+        """Readable and stable: the same configuration always gets the same id."""
+        extras = self._non_default_extras()
+        readable = (
+            f"{self.model}-{self.image_size}px-{self.micro_batch}x{self.accum_steps}"
+            f"-{self.precision}-ckpt_{self.checkpointing}-{self.optimizer}"
+            f"{'-cl' if self.channels_last else ''}"
+            + "".join(f"-{name}_{value}" for name, value in extras.items())
+        )
+        identity = {name: value for name, value in asdict(self).items()
+                    if name not in extra_axis_defaults(type(self)) or name in extras}
+        digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        return f"{readable}-{digest[:8]}"
+
+    def _non_default_extras(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name, default in extra_axis_defaults(type(self)).items()
+                if getattr(self, name) != default}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@cache
+def axes(cell_type: type = Cell) -> dict[str, Axis]:
+    """Every axis of `Cell` (or a subclass), in field order.
+
+    >>> list(axes())[:3]
+    ['model', 'image_size', 'precision']
+    """
+    return {f.name: f.metadata["axis"] for f in fields(cell_type) if "axis" in f.metadata}
+
+
+@cache
+def field_docs() -> dict[str, str]:
+    """What each `Cell` field holds, in words (the runs file's column descriptions)."""
+    return {f.name: f.metadata["doc"] for f in fields(Cell)}
+
+
+@cache
+def field_types() -> dict[str, Any]:
+    """Each `Cell` field's type (`int`, `bool`, `str` or a `Literal[...]`)."""
+    return typing.get_type_hints(Cell)
+
+
+def extra_axis_defaults(cell_type: type = Cell) -> dict[str, Any]:
+    """Each later-added axis and its default: what rows measured before it existed ran at.
+
+    >>> extra_axis_defaults()["world_size"]
+    1
+    """
+    return {name: spec.grid_default for name, spec in axes(cell_type).items() if spec.extra}
+
+
+def choices(name: str) -> tuple[Any, ...] | None:
+    """The allowed values of a `Literal` field, or None for a free (validated) one.
+
+    >>> choices("precision")
+    ('fp32', 'bf16', 'fp16')
+    """
+    kind = field_types()[name]
+    return typing.get_args(kind) if typing.get_origin(kind) is Literal else None

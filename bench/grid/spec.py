@@ -1,0 +1,335 @@
+"""Grid files: load a TOML experiment, validate it, expand it into cells.
+
+A grid file holds data only::
+
+    [experiment]
+    name = "resnet50"
+
+    [grid]                      # the cartesian product of these axes
+    model = ["resnet50"]
+    image_size = [224]
+    effective_batch = 128
+    pairs = [[128, 1], [8, 16]] # (micro_batch, accum_steps), product = effective_batch
+    precision = ["fp32", "bf16"]
+
+    [run]
+    warmup_steps = 3
+    measured_steps = 10
+
+    [profile.cpu.grid]          # overrides used when no CUDA device is present
+    image_size = [32]
+
+The `[grid]` keys and the `exclude` keys are the axes of `bench.grid.cell.Cell` (its one list
+of axes), plus `effective_batch` and `pairs`. Every problem becomes one `GridFileError` line
+naming the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, Iterable, get_args, get_origin
+
+import tomllib
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
+
+from bench.errors import GridFileError
+from bench.grid.cell import REQUIRED, Cell, Profile, axes, field_docs, field_types
+
+PAIR_FIELDS = ("micro_batch", "accum_steps")
+"""The `Cell` fields that `[grid] pairs` sets together."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExperimentInfo(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Experiment name; also the results folder name."""
+    description: str = ""
+    """What the study asks, in a sentence."""
+
+
+def _value_type(name: str) -> Any:
+    """The type of one value of `Cell` field `name`, with its axis's bounds and pattern."""
+    spec = axes().get(name)
+    constraints: dict[str, Any] = {}
+    if spec is not None and spec.minimum is not None:
+        constraints["ge"] = spec.minimum
+    if spec is not None and spec.pattern is not None:
+        constraints["pattern"] = spec.pattern
+    if name in PAIR_FIELDS:
+        constraints["ge"] = 1
+    kind = field_types()[name]
+    return Annotated[kind, Field(**constraints)] if constraints else kind
+
+
+class _Exclusion(_Strict):
+    def matches(self, cell: Cell) -> bool:
+        return all(getattr(cell, key) == value for key, value in self if value is not None)
+
+
+Exclusion = create_model(
+    "Exclusion", __base__=_Exclusion, __doc__="Cells matching every given key are dropped from the product "
+                                              "(like a CI matrix `exclude`).",
+    **{name: (_value_type(name) | None, None) for name in field_docs() if name in axes() or name in PAIR_FIELDS},
+)
+
+
+class _Axes(_Strict):
+    @field_validator(*axes(), mode="before", check_fields=False)
+    @classmethod
+    def _scalar_to_list(cls, value: Any) -> Any:
+        return value if isinstance(value, list) else [value]
+
+    @field_validator("pairs", check_fields=False)
+    @classmethod
+    def _pairs_match_effective_batch(cls, pairs: list[tuple[int, int]], info) -> list[tuple[int, int]]:
+        effective = info.data.get("effective_batch")
+        for index, (micro, accum) in enumerate(pairs):
+            if micro <= 0 or accum <= 0:
+                raise ValueError(f"pair {index + 1} [{micro}, {accum}]: both numbers must be positive")
+            if effective is not None and micro * accum != effective:
+                raise ValueError(
+                    f"pair {index + 1} [{micro}, {accum}] multiplies to {micro * accum}, "
+                    f"not effective_batch = {effective}"
+                )
+        return pairs
+
+
+def _axes_fields() -> dict[str, Any]:
+    """`[grid]`'s keys in `Cell` order: each axis a list, `pairs` (and the batch it makes) in place of
+    micro_batch and accum_steps, `exclude` last."""
+    keys: dict[str, Any] = {}
+    for name in field_docs():
+        spec = axes().get(name)
+        if spec is not None:
+            values = Field(min_length=1, description=field_docs()[name])
+            default = ... if spec.grid_default is REQUIRED else [spec.grid_default]
+            keys[name] = (Annotated[list[_value_type(name)], values], default)
+        elif name == PAIR_FIELDS[0]:
+            keys["effective_batch"] = (int, Field(gt=0, description="samples per optimizer step, every pair"))
+            keys["pairs"] = (list[tuple[int, int]], Field(min_length=1, description="(micro_batch, accum_steps) "
+                                                                                   "pairs; each product must equal "
+                                                                                   "effective_batch"))
+    keys["exclude"] = (list[Exclusion], Field(default=[], description="partial cells to drop from the product"))
+    return keys
+
+
+GridAxes = create_model("GridAxes", __base__=_Axes, __doc__="The axes whose cartesian product is the grid.",
+                        **_axes_fields())
+
+
+class RunSettings(_Strict):
+    """How each cell is run."""
+
+    warmup_steps: int = Field(default=2, gt=0)
+    """Optimizer steps before measuring (at least one, so optimizer state exists)."""
+    measured_steps: int = Field(default=5, gt=0)
+    """Timed optimizer steps."""
+    timeout_s: float = Field(default=900.0, gt=0)
+    """Wall-clock limit for one cell's process, in seconds."""
+    seed: int = Field(default=0, ge=0)
+
+
+class ProfileSection(_Strict):
+    """Overrides for a device profile; keys are checked against [grid] and [run]."""
+
+    description: str = ""
+    grid: dict[str, Any] = {}
+    run: dict[str, Any] = {}
+
+
+class GridFile(_Strict):
+    experiment: ExperimentInfo
+    grid: GridAxes
+    run: RunSettings = RunSettings()
+    profile: dict[Profile, ProfileSection] = {}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A validated grid resolved for one profile."""
+
+    path: Path
+    name: str
+    description: str
+    profile: Profile
+    profile_description: str
+    run: RunSettings
+    cells: tuple[Cell, ...]
+
+
+def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True) -> Grid:
+    """Read and validate a grid file, apply `profile`'s overrides, expand to cells.
+
+    Example:
+        >>> grid = load_grid("experiments/smoke.toml", "cpu")
+        >>> grid.cells[0].profile
+        'cpu'
+    """
+    path = Path(path)
+    raw = _read_toml(path)
+    spec = _validate(GridFile, raw, path, prefix=())
+    grid_axes, run, profile_description = spec.grid, spec.run, ""
+    for name, section in spec.profile.items():  # validate every profile, apply the chosen one
+        merged_axes = _validate_override(GridAxes, raw["grid"], section.grid, path, ("grid",), name)
+        merged_run = _validate_override(RunSettings, raw.get("run", {}), section.run, path, ("run",), name)
+        if name == profile:
+            grid_axes, run, profile_description = merged_axes, merged_run, section.description
+    if check_models:
+        _check_models(grid_axes.model, path)
+    cells = tuple(_expand(spec.experiment.name, profile, grid_axes, run))
+    if not cells:
+        raise GridFileError(f"{path}: grid.exclude: every cell is excluded; nothing would run")
+    return Grid(path, spec.experiment.name, spec.experiment.description, profile,
+                profile_description, run, cells)
+
+
+def require_precisions(grid: Grid, supported: Iterable[str], device_name: str) -> None:
+    """Fail cleanly when a cell asks for a precision this device cannot run."""
+    supported = tuple(supported)
+    for cell in grid.cells:
+        if cell.precision not in supported:
+            raise GridFileError(
+                f"{grid.path}: grid.precision: {cell.precision!r} cannot run on {device_name}; "
+                f"allowed here: {', '.join(supported)}"
+            )
+
+
+def _expand(experiment: str, profile: Profile, grid_axes: BaseModel, run: RunSettings) -> Iterable[Cell]:
+    # Pairs vary third, after model and image size, as the grid files read; world size varies
+    # before the axes after it, so a configuration's 1-process cell (the scaling baseline) runs first.
+    names = list(axes())
+    values = [getattr(grid_axes, name) for name in names]
+    seen: set[str] = set()
+    for model, size, (micro, accum), *rest in itertools.product(*values[:2], grid_axes.pairs, *values[2:]):
+        cell = single_process_default(Cell(
+            experiment=experiment, profile=profile, micro_batch=micro, accum_steps=accum,
+            **dict(zip(names, (model, size, *rest))), warmup_steps=run.warmup_steps,
+            measured_steps=run.measured_steps, seed=run.seed,
+        ))
+        if cell.cell_id not in seen and not any(rule.matches(cell) for rule in grid_axes.exclude):
+            seen.add(cell.cell_id)
+            yield cell
+
+
+def single_process_default(cell: Cell) -> Cell:
+    """One process has nothing to synchronise: its `ddp_sync` is the default, so
+    `world_size = [1, 2]` x `ddp_sync = [no_sync, every_step]` gives one 1-process cell, not two."""
+    return replace(cell, ddp_sync="no_sync") if cell.world_size == 1 else cell
+
+
+def with_world_size(grid: Grid, world_size: int) -> Grid:
+    """`grid` with every cell run on `world_size` processes (`bench run --nproc N`)."""
+    cells = {cell.cell_id: cell for cell in
+             (single_process_default(replace(c, world_size=world_size)) for c in grid.cells)}
+    return replace(grid, cells=tuple(cells.values()))
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise GridFileError(f"{path}: no such grid file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise GridFileError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _validate_override(model: type[BaseModel], base: dict, override: dict, path: Path,
+                       section: tuple[str, ...], profile: str) -> Any:
+    merged = {**base, **override}
+    override_keys = set(override)
+    try:
+        return model.model_validate(merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        in_override = first["loc"] and first["loc"][0] in override_keys
+        prefix = ("profile", profile, *section) if in_override else section
+        raise GridFileError(_format_error(first, model, path, prefix)) from None
+
+
+def _validate(model: type[BaseModel], data: dict, path: Path, prefix: tuple[str, ...]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise GridFileError(_format_error(exc.errors()[0], model, path, prefix)) from None
+
+
+def _format_error(error: dict, model: type[BaseModel], path: Path, prefix: tuple) -> str:
+    loc = tuple(error["loc"])
+    key = _dotted(prefix + loc)
+    kind, value = error["type"], error.get("input")
+    if kind == "extra_forbidden":
+        allowed = ", ".join(_model_at(model, loc[:-1]).model_fields)
+        return f"{path}: {key}: unknown key; allowed keys here: {allowed}"
+    if kind == "missing":
+        return f"{path}: {key}: required key is missing"
+    if kind == "literal_error":
+        return f"{path}: {key}: {value!r} is not allowed; allowed: {error['ctx']['expected']}"
+    if kind == "greater_than":
+        return f"{path}: {key}: {value!r} is not allowed; must be greater than {error['ctx']['gt']}"
+    if kind == "greater_than_equal":
+        return f"{path}: {key}: {value!r} is not allowed; must be >= {error['ctx']['ge']}"
+    if kind == "string_pattern_mismatch":
+        return f"{path}: {key}: {value!r} is not allowed; must match {error['ctx']['pattern']}"
+    if kind == "value_error":
+        return f"{path}: {key}: {error['msg'].removeprefix('Value error, ')}"
+    return f"{path}: {key}: {error['msg']} (got {value!r})"
+
+
+def _dotted(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The pydantic model that owns the keys at `loc` (for listing allowed keys)."""
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue
+        annotation = field.annotation
+        candidates = get_args(annotation) if get_origin(annotation) else (annotation,)
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if nested:
+            model = nested[0]
+    return model
+
+
+def _check_models(names: list[str], path: Path) -> None:
+    for index, name in enumerate(names):
+        problem = timm_model_problem(name)
+        if problem:
+            raise GridFileError(f"{path}: grid.model[{index}]: {problem}")
+
+
+def timm_model_problem(name: str) -> str | None:
+    """None when timm knows `name`; otherwise what is wrong, with the closest names.
+
+    Example:
+        >>> timm_model_problem("resnet50") is None
+        True
+        >>> timm_model_problem("resnet-50")
+        "'resnet-50' is not a timm model; did you mean resnet50, resnet50t, resnet50s?"
+    """
+    import timm  # imported late: it is slow and only needed once the input is well-formed
+
+    if timm.is_model(name):
+        return None
+    close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
+    return f"{name!r} is not a timm model; {hint}"

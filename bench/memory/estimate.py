@@ -1,0 +1,216 @@
+"""Predicted peak memory of a cell, without its device: the runner's step under fake tensors.
+
+The model is built on the meta device and materialised as fake tensors
+(`FakeTensorMode`): shapes, dtypes and storages without data or compute. The cell's step
+(`bench.train.step.train_step`, the runner's) then runs under `bench.measure.memory.trace_step`
+(the runner's MemTracker trace), so AMP, checkpointing, the optimizer and accumulation are
+all in the number. Fake tensors live on "cpu": a fake "cuda" backward fails here.
+
+On CPU the result is exactly what the runner's tracked-tensor measurement reports. For a
+CUDA cell (the grid as written) it adds what the CUDA allocator does that tensors do not
+show, as far as it can be read from torch's source (see `CUDA_MODEL`); the rest is listed
+in `CUDA_UNMODELLED` and in every row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Literal
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed._tools import mem_tracker
+
+from bench.grid.cell import Cell
+from bench.measure.memory import TracedStep, param_bytes, trace_step
+from bench.train.models import build_model, synthetic_batch
+from bench.train.optim import build_optimizer
+from bench.train.step import configure_precision, grad_scaler_for, train_step
+from bench.units import MIB
+
+Target = Literal["cuda", "cpu"]
+
+# c10/cuda/CUDACachingAllocator.cpp: every block is a multiple of kMinBlockSize = 512 bytes
+# (round_size), and max_memory_allocated counts the rounded blocks.
+CUDA_BLOCK_BYTES = 512
+# Same file: memory is reserved in segments of kSmallBuffer = 2 MiB (small pool) or rounded
+# to kRoundLarge = 2 MiB (large pool), so reserved memory is a whole number of 2 MiB.
+CUDA_SEGMENT_BYTES = 2 * MIB
+# aten/src/ATen/cuda/CublasHandlePool.cpp: the cuBLAS workspace defaults to 4096 KiB x 8 =
+# 32 MiB on sm90 (Hopper: H100, H200), ":4096:2:16:8" = 8 MiB + 128 KiB elsewhere; the
+# cuBLASLt workspace to 1024 KiB. Both come from the caching allocator, per (handle, stream),
+# and handles are per thread: the main thread runs forward and the optimizer, autograd's
+# device thread runs backward. The allowance takes Hopper's size, the larger.
+CUBLAS_WORKSPACE_BYTES = 32 * MIB
+CUBLASLT_WORKSPACE_BYTES = 1 * MIB
+CUBLAS_THREADS = 2
+WORKSPACE_ALLOWANCE_BYTES = CUBLAS_THREADS * (CUBLAS_WORKSPACE_BYTES + CUBLASLT_WORKSPACE_BYTES)
+
+CUDA_MODEL = (
+    "modelled: tensors of the runner's step (MemTracker, fake tensors), each rounded to the "
+    "allocator's 512-byte blocks; the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS+cuBLASLt workspace allowance "
+    f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB, Hopper defaults, 2 threads); reserved = allocated "
+    "rounded up to 2 MiB segments (a lower bound)"
+)
+CUDA_UNMODELLED = (
+    "not modelled: CUDA autocast and kernel choices (the trace runs CPU autocast and CPU "
+    "kernels: attention and convolution save what the CPU kernels save), cuDNN workspaces, "
+    "unsplit cached blocks (up to 1 MiB each), allocator fragmentation, the CUDA context"
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the fake step showed, and the CUDA allocator's share on top of it."""
+
+    target: Target
+    traced: TracedStep
+    params_bytes: int
+    param_count: int
+    inputs_bytes: int
+    """The micro-batch's images and labels: on the device, but created before the trace."""
+    workspace_bytes: int
+    """cuBLAS/cuBLASLt workspace allowance (CUDA only)."""
+    tracked_peak_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tracked_peak_bytes", self.traced.tracked_peak_bytes["total"])
+
+    @property
+    def peak_allocated_bytes(self) -> int | None:
+        """Predicted `max_memory_allocated` (CUDA); None for a CPU estimate."""
+        if self.target != "cuda":
+            return None
+        return self.tracked_peak_bytes + self.inputs_bytes + self.workspace_bytes
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        """A lower bound on `max_memory_reserved`: allocated, in whole 2 MiB segments."""
+        allocated = self.peak_allocated_bytes
+        return None if allocated is None else _round_up(allocated, CUDA_SEGMENT_BYTES)
+
+    @property
+    def peak_bytes(self) -> int:
+        """What the runner's `peak_memory_bytes` would be: allocated on CUDA, tracked on CPU."""
+        allocated = self.peak_allocated_bytes
+        return self.tracked_peak_bytes if allocated is None else allocated
+
+
+class FakeModels:
+    """Fake-tensor models, built once per (model, image size, checkpointing, channels-last).
+
+    Precision, optimizer and batch shape do not change the model, so a grid's cells share
+    it; each cell gets a fresh optimizer and starts with no gradients.
+    """
+
+    def __init__(self) -> None:
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self._models: dict[tuple, torch.nn.Module] = {}
+
+    def get(self, cell: Cell) -> torch.nn.Module:
+        key = (cell.model, cell.image_size, cell.checkpointing, cell.channels_last)
+        if key not in self._models:
+            model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
+                                channels_last=cell.channels_last, device="meta")
+            with self.mode:
+                self._models[key] = model.to_empty(device="cpu")
+        return self._models[key]
+
+
+def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None = None) -> Estimate:
+    """Run `cell`'s step on fake tensors and predict its peak memory on `target`.
+
+    Example:
+        >>> cell = Cell(experiment="e", profile="cpu", model="test_vit", image_size=32, micro_batch=4,
+        ...             accum_steps=2, precision="bf16", checkpointing="full", optimizer="adamw",
+        ...             channels_last=False, warmup_steps=1, measured_steps=1)
+        >>> estimate_cell(cell, "cpu").peak_bytes > 0
+        True
+    """
+    if cell.compile == "on":
+        raise NotImplementedError("compile on: torch.compile is not modelled (the fake step runs eagerly)")
+    models = models or FakeModels()
+    configure_precision(cell.precision)
+    model = models.get(cell)
+    for parameter in model.parameters():  # a shared model: the previous cell may have kept zeroed gradients
+        parameter.grad = None
+    # Built outside fake mode: bitsandbytes fills its quantisation maps through host reads
+    # (`.tolist()`), which fake tensors cannot answer. Its state is still created, fake, in the step.
+    optimizer = build_optimizer(cell.optimizer, model.parameters())
+    with models.mode, _allocator_rounding(target == "cuda"):
+        if target == "cuda":
+            _multi_tensor_updates(optimizer)
+        scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
+        batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
+                                device="cpu", seed=cell.seed)
+        micro_batches = [batch] * cell.accum_steps
+
+        def run_step(on_phase=None):
+            return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase,
+                              **cell.step_options)
+
+        # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, and gradients
+        # are None (or zeros, with zero_grad="zeros").
+        # One micro-batch suffices for that, and costs 1/K of the full step.
+        train_step(model, optimizer, micro_batches[:1], cell.precision, scaler, **cell.step_options)
+        # The host's resident memory says nothing about a device no step ran on.
+        traced = trace_step(run_step, model, optimizer, torch.device("cpu"), host_memory=False)
+    cuda = target == "cuda"
+    return Estimate(
+        target=target, traced=traced, params_bytes=param_bytes(model),
+        param_count=sum(p.numel() for p in model.parameters()),
+        inputs_bytes=sum(_allocated(t.untyped_storage().nbytes(), cuda) for t in batch),
+        workspace_bytes=WORKSPACE_ALLOWANCE_BYTES if cuda else 0,
+    )
+
+
+class _StepAlwaysScaler(torch.amp.GradScaler):
+    """fp16's GradScaler, taking every step as a healthy run does.
+
+    Its overflow check reads a value back to the host (`.item()`), which a fake tensor does
+    not have; the check's tensors and the in-place unscale still run, so memory is the same.
+    """
+
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+        return optimizer.step(*args, **kwargs)
+
+
+def _multi_tensor_updates(optimizer: torch.optim.Optimizer) -> None:
+    """The update CUDA parameters get: the multi-tensor (foreach) path, not the per-parameter loop.
+
+    torch picks foreach by default when every parameter is on CUDA
+    (`torch.optim.optimizer._default_to_fused_or_foreach`); its temporaries span all
+    parameters at once. The fake parameters are on "cpu", whose default is the loop.
+    """
+    for group in optimizer.param_groups:
+        if "foreach" in group and group["foreach"] is None:  # bitsandbytes' optimizers have no foreach
+            group["foreach"] = True
+
+
+@contextlib.contextmanager
+def _allocator_rounding(enabled: bool) -> Iterator[None]:
+    """MemTracker rounds storages to 512 bytes only on real CUDA devices; ours are fake "cpu"."""
+    if not enabled:
+        yield
+        return
+    info = mem_tracker._WeakRefInfo
+    original = info._calculate_mem_consumed
+
+    def rounded(self) -> int:
+        return _allocated(self.size * self.element_size, True)
+
+    info._calculate_mem_consumed = rounded
+    try:
+        yield
+    finally:
+        info._calculate_mem_consumed = original
+
+
+def _allocated(nbytes: int, cuda: bool) -> int:
+    return _round_up(nbytes, CUDA_BLOCK_BYTES) if cuda else nbytes
+
+
+def _round_up(nbytes: int, unit: int) -> int:
+    return math.ceil(nbytes / unit) * unit

@@ -1,0 +1,121 @@
+"""A grid's estimates: one row per cell in `results/<experiment>/estimate/runs.csv`.
+
+The rows carry the runner's columns (`bench.results.schema.COLUMNS`, built by the same
+`memory_columns`) with status `estimated`, plus the few in `ESTIMATE_COLUMNS` that only an
+estimate has. Reports, `bench cost` and `bench plan` read status-ok rows only, so an estimate is
+never mistaken for a measurement.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from bench.grid.cell import Cell
+from bench.grid.spec import Grid
+from bench.measure.device import DeviceInfo
+from bench.memory.estimate import (
+    CUDA_MODEL,
+    CUDA_UNMODELLED,
+    Estimate,
+    FakeModels,
+    Target,
+    estimate_cell,
+)
+from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
+from bench.results.provenance import provenance, utc_now
+from bench.results.schema import (
+    COLUMNS,
+    Column,
+    config_columns,
+    failure_from,
+    memory_columns,
+)
+from bench.results.store import RunsFile
+from bench.units import GIB
+
+ESTIMATE_FOLDER = "estimate"
+ESTIMATE_COLUMNS: dict[str, Column] = {
+    **COLUMNS,
+    "estimate_inputs_bytes": Column("int", "input micro-batch on the device (in peak_allocated_bytes, not in "
+                                           "peak_tracked_bytes)"),
+    "estimate_workspace_bytes": Column("int", "cuBLAS/cuBLASLt workspace allowance in peak_allocated_bytes "
+                                              "(CUDA estimates)"),
+    "fits_gpus": Column("str", "catalog GPUs (bench/data/gpus.csv) whose memory holds peak_reserved_bytes + the "
+                               "cost planner's headroom; ';'-separated, CUDA estimates only"),
+    "estimate_method": Column("str", "what the estimate models and what it does not"),
+}
+
+
+def estimate_device(target: Target) -> DeviceInfo:
+    """The pseudo-device an estimate's rows name: no device ran anything."""
+    precisions = ("fp32", "bf16", "fp16")
+    return DeviceInfo(target, f"estimate for {target} (FakeTensorMode + MemTracker, no device)", precisions,
+                      torch.get_num_threads())
+
+
+def estimate_row(cell: Cell, estimate: Estimate, headroom: float = DEFAULT_HEADROOM) -> dict:
+    """The runs.csv row of one estimated cell.
+
+    Example:
+        >>> from bench.memory.estimate import estimate_cell
+        >>> cell = Cell(experiment="e", profile="cuda", model="test_resnet", image_size=32, micro_batch=2,
+        ...             accum_steps=1, precision="fp32", checkpointing="off", optimizer="sgd",
+        ...             channels_last=False, warmup_steps=1, measured_steps=1)
+        >>> estimate_row(cell, estimate_cell(cell))["status"]
+        'estimated'
+    """
+    cuda = estimate.target == "cuda"
+    return {
+        "status": "estimated",
+        **memory_columns(memory_source="estimate_cuda_allocator" if cuda else "estimate_tracked_tensors",
+                         traced=estimate.traced, peak_allocated_bytes=estimate.peak_allocated_bytes,
+                         peak_reserved_bytes=estimate.peak_reserved_bytes, params_bytes=estimate.params_bytes,
+                         optimizer_state_bytes=estimate.traced.optimizer_state_bytes,
+                         param_count=estimate.param_count, peak_bytes=estimate.peak_bytes),
+        "estimate_inputs_bytes": estimate.inputs_bytes if cuda else None,
+        "estimate_workspace_bytes": estimate.workspace_bytes if cuda else None,
+        "fits_gpus": ";".join(fitting_gpus(estimate.peak_reserved_bytes, headroom)) if cuda else None,
+        "estimate_method": f"{CUDA_MODEL}; {CUDA_UNMODELLED}" if cuda else
+                           "tracked tensors of the runner's step (MemTracker, fake tensors): what the CPU runner reports",
+    }
+
+
+def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, int], None] | None = None,
+                  models: FakeModels | None = None) -> Path:
+    """Estimate every cell of `grid` (its profile decides the target) and write the rows; returns the file.
+
+    The fake models are shared between cells (see `FakeModels`). Every cell is estimated
+    again (seconds each) and its row replaced; rows of the other profile are kept.
+    """
+    target: Target = "cuda" if grid.profile == "cuda" else "cpu"
+    device = estimate_device(target)
+    runs = RunsFile(Path(results_root) / grid.name / ESTIMATE_FOLDER / "runs.csv", ESTIMATE_COLUMNS)
+    stamp = provenance()
+    models = models or FakeModels()
+    for index, cell in enumerate(grid.cells):
+        started = utc_now()
+        began = time.monotonic()
+        try:
+            outcome = estimate_row(cell, estimate_cell(cell, target, models))
+        except Exception as exc:  # noqa: BLE001 - a cell that cannot be estimated is a row, not a stop
+            outcome = failure_from(exc)
+        row = {**config_columns(cell, device), "device_tag": ESTIMATE_FOLDER, **stamp, **outcome,
+               "started_utc": started, "duration_s": round(time.monotonic() - began, 3)}
+        runs.write(row)
+        if on_row:
+            on_row(row, index, len(grid.cells))
+    return runs.path
+
+
+def describe_estimate(row: dict) -> str:
+    """One console line: the cell, its predicted peak, and the GPUs it fits."""
+    if row["status"] != "estimated":
+        return f"{row['status']:<9} {row['cell_id']}  {row['error_type']}: {row['error_message']}"
+    if row["peak_reserved_bytes"] is None:
+        return f"estimated {row['cell_id']}  tracked peak {row['peak_memory_bytes'] / GIB:.3f} GiB"
+    return (f"estimated {row['cell_id']}  allocated {row['peak_allocated_bytes'] / GIB:.2f} GiB, reserved "
+            f">= {row['peak_reserved_bytes'] / GIB:.2f} GiB; fits: {row['fits_gpus'] or 'none'}")

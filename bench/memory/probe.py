@@ -1,0 +1,298 @@
+"""The largest micro-batch that fits: predicted by the estimator, then found by real runs.
+
+Each real trial is one cell in its own process (`bench.run.cell_process.run_isolated`, with its
+memory cap); out-of-memory means "too big". The search starts from the estimate and
+steps away from it by a stride that doubles until the limit is bracketed, then bisects;
+Lightning's BatchSizeFinder doubles from the start instead (`doubling_search`), which the
+probe reports beside its own count.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+
+from bench.errors import BadInput, OptionError
+from bench.grid.cell import REQUIRED, Cell, Profile, axes
+from bench.isolation import call_in_child, fork_server
+from bench.measure.device import DeviceChoice, DeviceInfo, detect_device
+from bench.measure.hardware import gpu_keys, gpu_spec
+from bench.measure.peak import PeakFlops
+from bench.memory.estimate import FakeModels, Target, estimate_cell
+from bench.memory.fit import DEFAULT_HEADROOM
+from bench.run.cell_measurement import CellTask
+from bench.run.cell_process import run_isolated
+from bench.units import GIB, MIB
+
+MAX_MICRO_BATCH = 65536
+"""The search stops here even if everything fits."""
+# On a CPU the cap is on address-space growth (RLIMIT_AS, `bench.run.cell_measurement`), which holds more
+# than the tracked tensors: allocator and oneDNN buffers, thread stacks and malloc arenas.
+# Measured here (2 cores, test_resnet 64 px fp32 sgd; real limits 193 at 0.5 GiB and 639 at
+# 1 GiB, tensor estimates 542 and 1090): growth = 1.23 x tensors + 283 MiB. A calibration of
+# this machine, not a law: the trials find the real limit whatever it says.
+CPU_ADDRESS_SPACE_PER_TENSOR_BYTE = 1.23
+CPU_ADDRESS_SPACE_OVERHEAD_BYTES = 283 * MIB
+
+Fits = Callable[[int], bool]
+
+
+class ProbeError(BadInput):
+    """A trial failed for a reason other than memory (the configuration cannot run); one line."""
+
+
+PROBE_DEFAULTS: dict[str, Any] = {"image_size": 224, "precision": "fp32"}
+"""Values of the axes a grid file must list, when the probe is not told them."""
+
+
+def probe_options() -> dict[str, Any]:
+    """Every axis `bench probe` takes (all but the model, which it names), with its default."""
+    return {name: PROBE_DEFAULTS[name] if spec.grid_default is REQUIRED else spec.grid_default
+            for name, spec in axes().items() if spec.probe_option and name != "model"}
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """One configuration of the grid's axes, with the micro-batch left open.
+
+    >>> config = ProbeConfig.of("resnet50", precision="bf16")
+    >>> config.cell(32, "cuda").micro_batch, config.base.image_size
+    (32, 224)
+    """
+
+    base: Cell
+    """The configuration; each trial replaces its micro-batch (and profile)."""
+
+    @classmethod
+    def of(cls, model: str, accum_steps: int = 1, **settings: Any) -> ProbeConfig:
+        """`model` with `settings` for the probe's axes (`probe_options`) and their defaults for the rest."""
+        values = {**probe_options(), **settings}
+        return cls(Cell(experiment="probe", profile="cuda", model=model, micro_batch=1, accum_steps=accum_steps,
+                        warmup_steps=1, measured_steps=1, **values))
+
+    def cell(self, micro_batch: int, profile: Profile) -> Cell:
+        """The cell a trial runs: one warm-up and one measured step, enough to reach the peak."""
+        return replace(self.base, micro_batch=micro_batch, profile=profile)
+
+    def describe(self) -> str:
+        """`resnet50 224px fp32 ckpt off adamw, K=1`, plus the axes away from their default."""
+        cell = self.base
+        extras = "".join(f", {name} {getattr(cell, name)}" for name, default in probe_options().items()
+                         if axes()[name].extra and getattr(cell, name) != default)
+        return (f"{cell.model} {cell.image_size}px {cell.precision} ckpt {cell.checkpointing} "
+                f"{cell.optimizer}{' channels-last' if cell.channels_last else ''}, K={cell.accum_steps}{extras}")
+
+
+@dataclass(frozen=True)
+class Search:
+    """The largest micro-batch that fitted (0: not even 1) and every (micro-batch, fitted) trial."""
+
+    largest: int
+    trials: tuple[tuple[int, bool], ...]
+
+
+def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH) -> Search:
+    """The largest n in [1, max_batch] with fits(n), for a `fits` true up to some n and false above.
+
+    From `guess`, step away by a stride (a sixteenth of the guess, doubling each step) until
+    the limit is bracketed, then bisect. A guess within a few percent costs about
+    2 + log2(guess / 16) trials.
+
+    >>> search_largest(lambda n: n <= 100, guess=96).trials
+    ((96, True), (102, False), (99, True), (100, True), (101, False))
+    >>> search_largest(lambda n: n <= 100, guess=200).largest
+    100
+    """
+    trials: list[tuple[int, bool]] = []
+
+    def check(n: int) -> bool:
+        trials.append((n, fits(n)))
+        return trials[-1][1]
+
+    guess = min(max(guess, 1), max_batch)
+    stride = max(1, guess // 16)
+    if check(guess):
+        low, high = guess, None
+        while high is None:
+            if low == max_batch:
+                return Search(low, tuple(trials))
+            candidate = min(low + stride, max_batch)
+            if check(candidate):
+                low, stride = candidate, stride * 2
+            else:
+                high = candidate
+    else:
+        low, high = 0, guess
+        while low == 0 and high > 1:
+            candidate = max(high - stride, 1)
+            if check(candidate):
+                low = candidate
+            else:
+                high, stride = candidate, stride * 2
+    return _bisect(check, low, high, trials)
+
+
+def doubling_search(fits: Fits, max_batch: int = MAX_MICRO_BATCH) -> Search:
+    """Lightning's BatchSizeFinder (binsearch mode) from 1: double until it fails, then bisect.
+
+    >>> len(doubling_search(lambda n: n <= 100).trials)
+    14
+    """
+    trials: list[tuple[int, bool]] = []
+
+    def check(n: int) -> bool:
+        trials.append((n, fits(n)))
+        return trials[-1][1]
+
+    low, candidate = 0, 1
+    while check(candidate):
+        low = candidate
+        if candidate == max_batch:
+            return Search(low, tuple(trials))
+        candidate = min(candidate * 2, max_batch)
+    return _bisect(check, low, candidate, trials)
+
+
+def _bisect(check: Fits, low: int, high: int, trials: list[tuple[int, bool]]) -> Search:
+    # low fits (or is 0), high does not: halve the gap until they are neighbours.
+    while high - low > 1:
+        middle = (low + high) // 2
+        if check(middle):
+            low = middle
+        else:
+            high = middle
+    return Search(low, tuple(trials))
+
+
+def predict_largest(config: ProbeConfig, budget_bytes: float, target: Target, *, headroom: float = 0.0,
+                    scale: float = 1.0, extra_bytes: int = 0, models: FakeModels | None = None) -> Search:
+    """The largest micro-batch whose estimated peak x scale + extra_bytes, times (1 + headroom), fits.
+
+    The estimates at micro-batch 1 and 2 give a straight line (peak memory grows linearly
+    with the micro-batch), whose crossing with the budget is the first guess; the search
+    then checks it on the estimator. Its trials are fake steps, not device runs.
+    """
+    models = models or FakeModels()
+    profile: Profile = "cuda" if target == "cuda" else "cpu"
+
+    def need_bytes(micro_batch: int) -> float:
+        estimate = estimate_cell(config.cell(micro_batch, profile), target, models)
+        peak = estimate.peak_reserved_bytes if target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes
+        return (peak * scale + extra_bytes) * (1 + headroom)
+
+    one, two = need_bytes(1), need_bytes(2)
+    per_sample = max(two - one, 1.0)
+    guess = int((budget_bytes - (one - per_sample)) // per_sample)
+    return search_largest(lambda n: need_bytes(n) <= budget_bytes, max(guess, 1))
+
+
+def trial_on_device(config: ProbeConfig, device: DeviceInfo, memory_limit_gib: float | None,
+                    timeout_s: float) -> Fits:
+    """A `fits` that runs one cell in a fresh child process: ok fits, oom does not, anything else raises."""
+    context = fork_server()
+    peak = PeakFlops(None, "probe: throughput not measured")
+
+    def fits(micro_batch: int) -> bool:
+        task = CellTask(config.cell(micro_batch, device.type), device, peak, None, memory_limit_gib,
+                        runner_pid=os.getpid())
+        outcome = run_isolated(task, timeout_s, context)
+        if outcome["status"] in ("ok", "oom"):
+            return outcome["status"] == "ok"
+        raise ProbeError(f"micro-batch {micro_batch}: {outcome['status']}: {outcome.get('error_type')}: "
+                         f"{outcome.get('error_message')}")
+
+    return fits
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The estimator's answer and, when trials ran, the device's."""
+
+    budget_bytes: float
+    predicted: Search
+    found: Search | None = None
+
+    @property
+    def doubling_trials(self) -> int | None:
+        """Trials Lightning-style doubling from 1 takes to reach the found limit (None before trials)."""
+        if self.found is None:
+            return None
+        limit = self.found.largest
+        return len(doubling_search(lambda n: n <= limit).trials)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory a micro-batch must fit in, and where it comes from."""
+
+    nbytes: float
+    source: str
+    headroom: float = 0.0
+    """Kept free above the estimate (the cost planner's rule) when answering for a catalog GPU."""
+    device: DeviceInfo | None = None
+    """The device real trials run on; None: answer from the estimator alone."""
+
+
+def probe_budget(*, gpu: str | None, memory_gib: float | None, memory_limit_gib: float | None,
+                 device: DeviceChoice) -> Budget:
+    """Resolve the command-line choices; a bad one is an `OptionError` naming its option."""
+    headroom = DEFAULT_HEADROOM
+    if gpu is not None:
+        spec = gpu_spec(gpu)
+        if spec is None:
+            raise OptionError(f"--gpu: {gpu!r} is not in the GPU catalog; known: {', '.join(gpu_keys())}")
+        return Budget(spec.memory_gib * GIB, f"{gpu} ({spec.memory_gib:g} GiB)", headroom)
+    if memory_gib is not None:
+        return Budget(memory_gib * GIB, f"--memory-gib {memory_gib:g}", headroom)
+    info = detect_device(device)
+    if memory_limit_gib is not None:
+        return Budget(memory_limit_gib * GIB, f"--memory-limit-gib {memory_limit_gib:g} on {info.name}", device=info)
+    if info.type == "cpu":
+        raise OptionError("--memory-limit-gib: required for trials on a CPU (without a cap a trial could "
+                        "exhaust the host); or answer from the estimator with --memory-gib or --gpu")
+    total = call_in_child(_cuda_total_memory)
+    return Budget(total, f"all of {info.name}", device=info)
+
+
+def _cuda_total_memory() -> int:
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def probe_from_estimate(config: ProbeConfig, budget: Budget) -> ProbeResult:
+    """The estimator's answer for a GPU (`--gpu`, `--memory-gib`): no device runs anything."""
+    return ProbeResult(budget.nbytes, predict_largest(config, budget.nbytes, "cuda", headroom=budget.headroom))
+
+
+def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float | None,
+                    timeout_s: float) -> ProbeResult:
+    """Predict from the estimate, then find the limit by real trials starting from the prediction.
+
+    On a CPU the cap is on address-space growth, which holds more than tensors: the
+    prediction applies this machine's calibration (`CPU_ADDRESS_SPACE_*`).
+    """
+    device = budget.device
+    if device.type == "cuda":
+        predicted = predict_largest(config, budget.nbytes, "cuda")
+    else:
+        predicted = predict_largest(config, budget.nbytes, "cpu", scale=CPU_ADDRESS_SPACE_PER_TENSOR_BYTE,
+                                    extra_bytes=CPU_ADDRESS_SPACE_OVERHEAD_BYTES)
+    fits = trial_on_device(config, device, memory_limit_gib, timeout_s)
+    return ProbeResult(budget.nbytes, predicted, search_largest(fits, max(predicted.largest, 1)))
+
+
+def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> str:
+    """What the probe found, in a few lines."""
+    what = config.describe()
+    room = f" with {budget.headroom:.0%} headroom" if budget.headroom else ""
+    lines = [f"{what}; budget {budget.nbytes / GIB:.2f} GiB: {budget.source}{room}",
+             f"predicted largest micro-batch: {result.predicted.largest} "
+             f"(estimator, {len(result.predicted.trials)} fake steps)"]
+    if result.found is not None:
+        lines.append(f"found largest micro-batch:     {result.found.largest} "
+                     f"({len(result.found.trials)} trials on {budget.device.name}; doubling from 1 "
+                     f"would take {result.doubling_trials})")
+        lines.append("trials: " + ", ".join(f"{n} {'ok' if ok else 'oom'}" for n, ok in result.found.trials))
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""Terminal output: progress while a grid runs, and the summary table when it ends."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from bench.grid.cell import Cell
+from bench.units import GIB
+
+# Piped output (make, CI logs) gets wide lines instead of rich's 80-column default.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+@contextmanager
+def grid_progress(title: str) -> Iterator[tuple]:
+    """Yields (on_start, on_row) callbacks for `run_grid` that drive a progress bar with ETA."""
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console)
+    task = progress.add_task(title, total=None)
+
+    def on_start(cell: Cell, index: int, total: int) -> None:
+        progress.update(task, total=total, description=f"{title}: {_short(cell.cell_id)}")
+
+    def on_row(row: dict, index: int, total: int) -> None:
+        progress.console.print(f"  {row['status']:<8} {_short(row['cell_id'])}  {_headline(row)}")
+        progress.advance(task)
+
+    with progress:
+        yield on_start, on_row
+
+
+def summary_table(title: str, rows: list[dict]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for header in ("cell", "status", "peak GiB", "memory source", "samples/s", "MFU %", "note"):
+        table.add_column(header, justify="right" if header in ("peak GiB", "samples/s", "MFU %") else "left")
+    for row in rows:
+        note = row.get("error_message") or "" if row["status"] != "ok" else ""
+        table.add_row(_short(row["cell_id"]), row["status"], _gib(row.get("peak_memory_bytes")),
+                      row.get("memory_source") or "", _number(row.get("samples_per_s"), 1),
+                      _number(row.get("mfu_pct"), 1), note[:60])
+    return table
+
+
+def _headline(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row.get('error_type', '')}: {row.get('error_message', '')}"[:100]
+    return (f"peak {_gib(row['peak_memory_bytes'])} GiB, {_number(row['samples_per_s'], 1)} samples/s, "
+            f"MFU {_number(row.get('mfu_pct'), 1)} %")
+
+
+def _short(cell_id: str) -> str:
+    return cell_id.rsplit("-", 1)[0]  # the hash suffix only disambiguates; leave it out here
+
+
+def _gib(value: object) -> str:
+    return "" if value in (None, "") else f"{float(value) / GIB:.3f}"
+
+
+def _number(value: object, digits: int) -> str:
+    return "" if value in (None, "") else f"{float(value):.{digits}f}"

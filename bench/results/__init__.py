@@ -1,0 +1,1 @@
+"""Rows: the schema, the runs file, the one reader, provenance."""

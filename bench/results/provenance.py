@@ -1,0 +1,67 @@
+"""Where a result came from, named the same in every file the harness writes.
+
+Every writer (runs files, estimates, the equivalence study, the claims' autotune rows, the overhead
+benchmark, the device peaks) stamps its rows with `provenance()` and, for when it started,
+`utc_now()`: `git_commit`, `git_dirty`, the library versions, `started_utc`.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from datetime import datetime, timezone
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+PROVENANCE_COLUMNS = ("torch_version", "timm_version", "bitsandbytes_version", "cuda_version", "python_version",
+                      "git_commit", "git_dirty")
+"""The keys of `provenance()`, in the order runs files hold them."""
+
+
+def provenance() -> dict[str, object]:
+    """The harness commit (and whether the checkout had uncommitted changes) and the library versions.
+
+    >>> sorted(provenance()) == sorted(PROVENANCE_COLUMNS)
+    True
+    """
+    commit, dirty = git_state()
+    return {**library_versions(), "git_commit": commit, "git_dirty": dirty}
+
+
+def utc_now() -> str:
+    """Now, ISO 8601 in UTC to the second: the `started_utc` of what is about to run."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
+    """(commit, dirty) of the harness checkout; ("", None) outside a git checkout."""
+    repo = repo or Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "", None
+    return commit, bool(status.strip())
+
+
+@cache
+def library_versions() -> dict[str, str]:
+    return {
+        "torch_version": torch.__version__,
+        "timm_version": _version("timm"),
+        "bitsandbytes_version": _version("bitsandbytes"),
+        "cuda_version": torch.version.cuda or "",
+        "python_version": platform.python_version(),
+    }
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""

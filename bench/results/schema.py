@@ -1,0 +1,197 @@
+"""The row schema: every column of a runs file with its type and meaning, and the builders of a row.
+
+A row is assembled from parts, each built in one place here: the configuration and device
+(`config_columns`), what the memory trace and the allocator showed (`memory_columns`, shared by
+the runner and the estimator), the timed steps (`throughput_columns`), and a failure
+(`failure`, `failure_from`). The CSV header comes from `COLUMNS`, never from a row; units are in
+the names. The configuration columns derive from `bench.grid.cell.Cell`, so a new axis is a new
+column without an edit here.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import dataclass
+from typing import Literal
+
+from bench.grid.cell import Cell, extra_axis_defaults, field_docs, field_types
+from bench.measure.device import DeviceInfo
+from bench.measure.failure import first_line, is_out_of_memory
+from bench.measure.flops import FlopsPerSample
+from bench.measure.memory import TracedStep
+from bench.measure.peak import PeakFlops
+from bench.measure.timing import summarize_step_times
+from bench.measure.utilization import samples_per_s, utilization_pct
+
+ColumnType = Literal["str", "int", "float", "bool", "json"]
+Status = Literal["ok", "oom", "error", "timeout", "skipped", "estimated"]
+STATUSES: tuple[Status, ...] = typing.get_args(Status)
+
+
+@dataclass(frozen=True)
+class Column:
+    type: ColumnType
+    """How the text is read: whole number, number, true/false, JSON or text (`bench.results.read`)."""
+    doc: str = ""
+
+
+def _cell_columns() -> dict[str, Column]:
+    """The configuration columns: every `Cell` field, each derived batch right after what it derives from."""
+    derived = {"accum_steps": ("effective_batch", "micro_batch x accum_steps: samples per optimizer step on "
+                                                  "each process"),
+               "ddp_sync": ("global_batch", "effective_batch x world_size: samples per optimizer step across "
+                                            "all processes")}
+    kinds = {int: "int", bool: "bool", str: "str"}
+    columns = {"cell_id": Column("str", "stable id: readable configuration plus a hash of every cell field")}
+    for name, doc in field_docs().items():
+        columns[name] = Column(kinds.get(field_types()[name], "str"), doc)
+        if name in derived:
+            columns[derived[name][0]] = Column("int", derived[name][1])
+    return columns
+
+
+COLUMNS: dict[str, Column] = {
+    **_cell_columns(),
+    "device_type": Column("str", "cuda | cpu"),
+    "device_name": Column("str", "torch.cuda.get_device_name() or the CPU model"),
+    "device_tag": Column("str", "results folder name for the device"),
+    "cpu_threads": Column("int", "torch intra-op threads (per process: the cores shared among the ranks on CPU)"),
+    "torch_version": Column("str"), "timm_version": Column("str"),
+    "bitsandbytes_version": Column("str", "empty if not installed"),
+    "cuda_version": Column("str", "torch.version.cuda, empty on a CPU-only build"), "python_version": Column("str"),
+    "git_commit": Column("str", "commit of the harness that measured the row"),
+    "git_dirty": Column("bool", "uncommitted changes present"),
+    "started_utc": Column("str", "cell start, ISO 8601 UTC"),
+    "duration_s": Column("float", "wall time of the cell's process"),
+    "status": Column("str", "ok | oom | error | timeout | skipped; estimated in estimate files (bench estimate)"),
+    "error_type": Column("str", "exception type (oom, error) or reason class"),
+    "error_message": Column("str", "first line of the message"),
+    "memory_source": Column("str", "cuda_allocator (max_memory_allocated) | tracked_tensors (MemTracker, CPU); "
+                                   "estimate_cuda_allocator | estimate_tracked_tensors in estimate files"),
+    "peak_memory_bytes": Column("int", "peak_allocated_bytes on CUDA, peak_tracked_bytes on CPU; the largest "
+                                       "rank's under DDP"),
+    "peak_memory_max_rank_bytes": Column("int", "peak_memory_bytes of the rank that peaked highest (the cell's "
+                                                "own for 1 process)"),
+    "peak_memory_min_rank_bytes": Column("int", "peak_memory_bytes of the rank that peaked lowest"),
+    "peak_allocated_bytes": Column("int", "CUDA max_memory_allocated over the measured steps"),
+    "peak_reserved_bytes": Column("int", "CUDA max_memory_reserved over the measured steps"),
+    "peak_tracked_bytes": Column("int", "MemTracker peak over one traced step (tracked tensors only)"),
+    "param_count": Column("int", "parameter elements (P)"),
+    "params_bytes": Column("int", "parameter storage, measured from the tensors"),
+    "grads_bytes": Column("int", "gradient storage after backward, measured from the tensors"),
+    "optimizer_state_bytes": Column("int", "optimizer state storage, measured from the tensors"),
+    "activations_peak_bytes": Column("int", "peak_memory_bytes - params - grads - optimizer state"),
+    "tracked_params_bytes": Column("int", "MemTracker category at the traced peak"),
+    "tracked_buffers_bytes": Column("int"), "tracked_grads_bytes": Column("int"),
+    "tracked_optimizer_state_bytes": Column("int"), "tracked_activations_bytes": Column("int"),
+    "tracked_temporaries_bytes": Column("int"),
+    "phase_memory": Column("json", "[[phase, micro_step, bytes]]: after each forward/backward/optimizer/zero_grad"),
+    "step_memory": Column("json", "[[step, phase, micro_step, bytes, weights_version]]: phase_memory for each of "
+                                  "the trace_steps traced steps; weights_version (the parameters' in-place writes "
+                                  "since the trace began) changes only when the weights do"),
+    "kept_graph_nodes": Column("json", "list per traced step: autograd nodes reachable from the kept running loss"),
+    "host_rss_bytes": Column("json", "list per traced step: the process's resident memory after the step"),
+    "step_times_ms": Column("json", "list: every measured optimizer step, milliseconds (the slowest rank's under "
+                                    "DDP)"),
+    "step_time_median_ms": Column("float"), "step_time_p10_ms": Column("float"), "step_time_p90_ms": Column("float"),
+    "samples_per_s": Column("float", "effective_batch / median step time: one process's (under DDP, the slowest "
+                                     "rank sets each step)"),
+    "global_samples_per_s": Column("float", "global_batch / median step time: all processes together"),
+    "scaling_efficiency": Column("float", "global_samples_per_s / (world_size x samples_per_s of the 1-process ok "
+                                          "row of the same configuration in this runs file, filled when the grid "
+                                          "ends); empty for 1 process or when that row is missing"),
+    "allreduce_calls_per_step": Column("float", "gradient-bucket all-reduces per optimizer step (DDP comm hook), "
+                                                "per rank"),
+    "synced_backwards_per_step": Column("float", "backward passes that all-reduced per optimizer step: 1 with "
+                                                 "no_sync, K without"),
+    "allreduce_ms_per_step": Column("float", "all-reduce launch-to-completion time per optimizer step, summed over "
+                                             "buckets; the slowest rank's (CUDA events on GPU, wall time on CPU)"),
+    "model_flops_per_sample": Column("float", "forward + backward FLOPs without recompute (flop_counter)"),
+    "hardware_flops_per_sample": Column("float", "forward + backward FLOPs with checkpoint recompute"),
+    "peak_flops_per_s": Column("float", "device dense peak for the precision"),
+    "peak_flops_source": Column("str", "datasheet (GPU catalog) or measured (CPU matmul)"),
+    "mfu_pct": Column("float", "model FLOPs x samples/s / peak"),
+    "hfu_pct": Column("float", "hardware FLOPs x samples/s / peak"),
+}
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs() if name not in extra_axis_defaults()),
+                                     "device_type", "device_name", "status")
+"""Columns every runs file has had since the first version: a file without one is not a runs file."""
+
+TRACKED_CATEGORIES = ("params", "buffers", "grads", "optimizer_state", "activations", "temporaries")
+"""MemTracker's categories as the `tracked_<name>_bytes` columns hold them."""
+
+
+def config_columns(cell: Cell, device: DeviceInfo) -> dict:
+    """The configuration and device columns every row carries, whatever its outcome."""
+    return {"cell_id": cell.cell_id, **cell.to_dict(), "effective_batch": cell.effective_batch,
+            "global_batch": cell.global_batch,
+            "device_type": device.type, "device_name": device.name, "device_tag": device.tag,
+            "cpu_threads": device.threads}
+
+
+def memory_columns(*, memory_source: str, traced: TracedStep, peak_allocated_bytes: int | None,
+                   peak_reserved_bytes: int | None, params_bytes: int, optimizer_state_bytes: int,
+                   param_count: int, peak_bytes: int | None = None) -> dict:
+    """What one cell's memory was: the peak, its parts, and the traced steps phase by phase.
+
+    `peak_bytes` is the row's headline peak; by default the allocator's peak where there is one
+    (CUDA), else the traced tensors' peak. Gradients come from the trace (the bytes after backward).
+    """
+    tracked_peak = traced.tracked_peak_bytes["total"]
+    if peak_bytes is None:
+        peak_bytes = peak_allocated_bytes if peak_allocated_bytes is not None else tracked_peak
+    static = {"params_bytes": params_bytes, "grads_bytes": traced.grads_bytes,
+              "optimizer_state_bytes": optimizer_state_bytes}
+    return {
+        "memory_source": memory_source,
+        "param_count": param_count,
+        "peak_memory_bytes": peak_bytes,
+        "peak_allocated_bytes": peak_allocated_bytes,
+        "peak_reserved_bytes": peak_reserved_bytes,
+        "peak_tracked_bytes": tracked_peak,
+        **static,
+        "activations_peak_bytes": peak_bytes - sum(static.values()),
+        **{f"tracked_{name}_bytes": traced.tracked_peak_bytes[name] for name in TRACKED_CATEGORIES},
+        "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]]
+                                    for p in traced.phases if p["step"] == 0]),
+        "step_memory": json.dumps([[p["step"], p["phase"], p["micro_step"], p["allocated_bytes"],
+                                    p["weights_version"]] for p in traced.phases]),
+        "kept_graph_nodes": json.dumps(traced.kept_graph_nodes),
+        "host_rss_bytes": json.dumps(traced.host_rss_bytes),
+    }
+
+
+def throughput_columns(effective_batch: int, step_times_ms: list[float], flops: FlopsPerSample | None,
+                       peak: PeakFlops) -> dict:
+    """Step-time statistics, samples/s (one process's: effective_batch per step), FLOPs, MFU and HFU."""
+    stats = summarize_step_times(step_times_ms)
+    rate = samples_per_s(effective_batch, stats.median_ms)
+    return {
+        "step_times_ms": json.dumps([round(t, 4) for t in step_times_ms]),
+        "step_time_median_ms": stats.median_ms,
+        "step_time_p10_ms": stats.p10_ms,
+        "step_time_p90_ms": stats.p90_ms,
+        "samples_per_s": rate,
+        "model_flops_per_sample": flops.model if flops else None,
+        "hardware_flops_per_sample": flops.hardware if flops else None,
+        "peak_flops_per_s": peak.flops_per_s,
+        "peak_flops_source": peak.source,
+        "mfu_pct": utilization_pct(flops.model, rate, peak.flops_per_s) if flops else None,
+        "hfu_pct": utilization_pct(flops.hardware, rate, peak.flops_per_s) if flops else None,
+    }
+
+
+def failure(status: Status, error_type: str, message: str) -> dict:
+    """The columns of a cell that produced no measurement, and why.
+
+    >>> failure("timeout", "Timeout", "no result within 5 s")["status"]
+    'timeout'
+    """
+    return {"status": status, "error_type": error_type, "error_message": message}
+
+
+def failure_from(exc: BaseException) -> dict:
+    """An exception as a row's outcome: `oom` when it is out-of-memory, else `error`."""
+    return failure("oom" if is_out_of_memory(exc) else "error", type(exc).__name__, first_line(exc))

@@ -1,0 +1,200 @@
+"""Inside one cell's process: build, warm up, trace, time, and report one row's measurements.
+
+The runner forks each cell from a server that has already imported this module (and so
+torch and timm), then talks to it only through a pipe: what comes back is a plain dict whose
+columns are built by `bench.results.schema`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Protocol
+
+import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
+import torch
+
+from bench.grid.cell import Cell
+from bench.measure.device import DeviceInfo
+from bench.measure.failure import first_line, is_out_of_memory
+from bench.measure.flops import FlopsPerSample
+from bench.measure.memory import (
+    allocator_peaks,
+    optimizer_state_bytes,
+    param_bytes,
+    reset_allocator_peak,
+    trace_step,
+)
+from bench.measure.peak import PeakFlops
+from bench.measure.timing import time_steps
+from bench.results.schema import (
+    failure,
+    failure_from,
+    memory_columns,
+    throughput_columns,
+)
+from bench.train.models import build_model, synthetic_batch
+from bench.train.optim import OptimizerUnavailable, build_optimizer
+from bench.train.step import NoSync, configure_precision, grad_scaler_for, train_step
+from bench.units import GIB
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """Everything a cell's process needs, decided by the parent."""
+
+    cell: Cell
+    device: DeviceInfo
+    peak: PeakFlops
+    flops: FlopsPerSample | None
+    memory_limit_gib: float | None = None
+    """Cap on the memory the cell may add: the device's on CUDA, address space on CPU."""
+    runner_pid: int | None = None
+    """The runner's process: the cell ends itself if the runner dies (killed grid, no orphans)."""
+
+
+class Distribution(Protocol):
+    """What data parallelism changes in a cell's measurement (`bench.run.ddp_rank`)."""
+
+    no_sync: NoSync | None
+    """Passed to the step: DDP's `model.no_sync`, or None to all-reduce every micro-step."""
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model the step trains (DDP around the built one)."""
+
+    def start_measuring(self) -> None:
+        """Called just before the timed steps: forget what warm-up and tracing did."""
+
+    def columns(self, measured_steps: int) -> dict:
+        """This process's extra columns, over the timed steps."""
+
+
+def child_main(task: CellTask, connection: Connection) -> None:
+    """Process entry point: send back the cell's outcome, whatever happens."""
+    if task.runner_pid:
+        exit_with(task.runner_pid)
+    connection.send(measured_outcome(task))
+    connection.close()
+
+
+def measured_outcome(task: CellTask, distribution: Distribution | None = None) -> dict:
+    """The cell's outcome: its measured columns with status ok, or the failure as a row's columns."""
+    try:
+        _apply_memory_limit(task)
+        return {"status": "ok", **measure_cell(task, distribution)}
+    except (OptimizerUnavailable, AllocatorUnavailable) as exc:
+        return failure("skipped", type(exc).__name__, str(exc))
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
+        return failure_from(exc)
+
+
+def measure_cell(task: CellTask, distribution: Distribution | None = None) -> dict:
+    """Run one cell (one rank of it, under `distribution`) and return its measured columns."""
+    cell, device = task.cell, torch.device(task.device.type)
+    configure_allocator(cell.allocator, device)
+    configure_precision(cell.precision)
+    torch.manual_seed(cell.seed)
+    model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
+                        channels_last=cell.channels_last, device=device)
+    if distribution:
+        model = distribution.wrap(model)
+    if cell.compile == "on":
+        model = torch.compile(model)
+    optimizer = build_optimizer(cell.optimizer, model.parameters())
+    scaler = grad_scaler_for(cell.precision, device.type)
+    batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
+                            device=device, seed=cell.seed)
+    # The same micro-batch K times: a loader holds one micro-batch at a time, and so do we.
+    micro_batches = [batch] * cell.accum_steps
+    no_sync = distribution.no_sync if distribution else None
+    running_loss: torch.Tensor | float = 0.0  # what a loop keeps to log; seed 004's leak when live
+
+    def run_step(on_phase=None):
+        nonlocal running_loss
+        running_loss = running_loss + train_step(model, optimizer, micro_batches, cell.precision, scaler,
+                                                 on_phase, no_sync=no_sync, **cell.step_options)
+        return running_loss
+
+    _first_step(run_step, cell)
+    for _ in range(cell.warmup_steps - 1):
+        run_step()
+    traced = trace_step(run_step, model, optimizer, device, steps=cell.trace_steps)
+    reset_allocator_peak(device)
+    if distribution:
+        distribution.start_measuring()
+    step_times_ms = time_steps(run_step, cell.measured_steps, device)
+    peak_allocated, peak_reserved = allocator_peaks(device)
+
+    return {
+        **memory_columns(memory_source="cuda_allocator" if device.type == "cuda" else "tracked_tensors",
+                         traced=traced, peak_allocated_bytes=peak_allocated, peak_reserved_bytes=peak_reserved,
+                         params_bytes=param_bytes(model), optimizer_state_bytes=optimizer_state_bytes(optimizer),
+                         param_count=sum(p.numel() for p in model.parameters())),
+        **throughput_columns(cell.effective_batch, step_times_ms, task.flops, task.peak),
+        **(distribution.columns(cell.measured_steps) if distribution else {}),
+    }
+
+
+class AllocatorUnavailable(Exception):
+    """The allocator setting needs CUDA's caching allocator; the cell is skipped, not failed."""
+
+
+class CompileFailed(Exception):
+    """torch.compile could not build the model's graphs."""
+
+
+def configure_allocator(allocator: str, device: torch.device) -> None:
+    """Set PYTORCH_CUDA_ALLOC_CONF before this process first touches CUDA (it is read then)."""
+    if allocator == "default":
+        return
+    if device.type != "cuda":
+        raise AllocatorUnavailable(f"allocator {allocator}: a setting of CUDA's caching allocator; "
+                                   f"not testable on {device.type}")
+    if torch.cuda.is_initialized():  # forked from a server that must not have touched CUDA
+        raise RuntimeError(f"allocator {allocator}: CUDA was initialised before the setting could apply")
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
+
+def _first_step(run_step, cell: Cell) -> None:
+    """The first warm-up step; under torch.compile it is where the graphs are built."""
+    if cell.compile == "off":
+        run_step()
+        return
+    try:
+        run_step()
+    except Exception as exc:  # noqa: BLE001 - the row says compile failed, not a random error
+        if is_out_of_memory(exc):
+            raise
+        raise CompileFailed(f"torch.compile failed on the first step: {type(exc).__name__}: "
+                            f"{first_line(exc)}") from exc
+
+
+def exit_with(runner_pid: int, poll_s: float = 1.0) -> None:
+    """End this process soon after the runner is gone, even if the runner was SIGKILLed."""
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            try:
+                os.kill(runner_pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+    threading.Thread(target=watch, name="exit-with-runner", daemon=True).start()
+
+
+def _apply_memory_limit(task: CellTask) -> None:
+    if task.memory_limit_gib is None:
+        return
+    limit = int(task.memory_limit_gib * GIB)
+    if task.device.type == "cuda":
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+        return
+    # On CPU, cap growth of the address space: a larger allocation then fails inside
+    # torch's allocator, as it would on a full device.
+    pages = int(open("/proc/self/statm").read().split()[0])
+    ceiling = pages * resource.getpagesize() + limit
+    resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))

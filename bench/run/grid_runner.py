@@ -1,0 +1,108 @@
+"""Run a grid: every cell in its own process, each row written the moment its cell ends.
+
+Isolation: an OOM, a fragmented allocator or a leaked graph in one cell cannot change
+the next (`bench.run.cell_process`: a fork from a server that has torch and timm imported for one
+process, torchrun for several). Where the cells run is the executor's business
+(`bench.run.executors`: here, or as SLURM jobs); the rows and the resume are the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from bench.grid.cell import Cell
+from bench.grid.spec import Grid, with_world_size
+from bench.measure.device import DeviceInfo
+from bench.measure.failure import first_line
+from bench.measure.flops import FlopsPerSample, flops_per_sample
+from bench.measure.peak import device_peak
+from bench.results.provenance import provenance
+from bench.results.schema import config_columns
+from bench.results.store import RunsFile
+from bench.run.cell_measurement import CellTask
+from bench.run.ddp_launch import baseline_cell_id, scaling_efficiency
+from bench.run.executors import ExecutorName, SlurmOptions, make_executor
+
+FAILED_STATUSES = ("error", "timeout")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    results_root: Path = Path("results")
+    force: bool = False
+    """Re-measure every cell, replacing earlier rows."""
+    retry_failed: bool = False
+    """Re-measure cells whose earlier row is an error or a timeout."""
+    timeout_s: float | None = None
+    """Overrides the grid's run.timeout_s."""
+    memory_limit_gib: float | None = None
+    nproc: int | None = None
+    """Runs every cell on this many processes, overriding the grid's world_size."""
+    executor: ExecutorName = "local"
+    """`local`: cells one after another here; `slurm`: each cell a SLURM job (submitit)."""
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    """The jobs' parameters when `executor` is `slurm`."""
+
+
+def results_dir(grid: Grid, device: DeviceInfo, results_root: Path) -> Path:
+    return Path(results_root) / grid.name / device.tag
+
+
+def cells_to_run(grid: Grid, existing: dict[str, dict], options: RunOptions) -> list[Cell]:
+    """Cells without a row yet, plus those `--force` or `--retry-failed` asks for again."""
+    def wanted(cell: Cell) -> bool:
+        row = existing.get(cell.cell_id)
+        return options.force or row is None or (options.retry_failed and row["status"] in FAILED_STATUSES)
+    return [cell for cell in grid.cells if wanted(cell)]
+
+
+def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
+             on_row: Callable[[dict, int, int], None] | None = None,
+             on_start: Callable[[Cell, int, int], None] | None = None) -> list[dict]:
+    """Measure the grid's missing cells; returns every row of the grid's cells, old and new."""
+    if options.nproc is not None:
+        grid = with_world_size(grid, options.nproc)
+    runs = RunsFile(results_dir(grid, device, options.results_root) / "runs.csv")
+    existing = {row["cell_id"]: row for row in runs.rows()}
+    todo = cells_to_run(grid, existing, options)
+    peaks = {precision: device_peak(device, precision) for precision in sorted({c.precision for c in todo})}
+    stamp = provenance()
+    tasks = [CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib,
+                      runner_pid=os.getpid()) for cell in todo]
+    executor = make_executor(options.executor, options.slurm)
+    finished = executor.run(tasks, options.timeout_s or grid.run.timeout_s, on_start)
+    with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs
+        for index, (task, outcome) in enumerate(finished):
+            row = {**config_columns(task.cell, device), **stamp, **outcome}
+            runs.write(row)
+            if on_row:
+                on_row(row, index, len(todo))
+    fill_scaling_efficiency(grid.cells, runs)
+    by_id = {row["cell_id"]: row for row in runs.rows()}
+    return [by_id[cell.cell_id] for cell in grid.cells if cell.cell_id in by_id]
+
+
+def fill_scaling_efficiency(cells: Sequence[Cell], runs: RunsFile) -> None:
+    """Every multi-process ok row of `cells` against its configuration's 1-process ok row, as the
+    runs file holds them now: whatever order the cells ended in (SLURM jobs, a resumed grid)."""
+    by_id = {row["cell_id"]: row for row in runs.rows()}
+    for cell in cells:
+        row, baseline = by_id.get(cell.cell_id), by_id.get(baseline_cell_id(cell))
+        if cell.world_size == 1 or row is None or row["status"] != "ok":
+            continue
+        efficiency = ("" if baseline is None or baseline["status"] != "ok" else str(scaling_efficiency(
+            float(row["global_samples_per_s"]), cell.world_size, float(baseline["samples_per_s"]))))
+        if row["scaling_efficiency"] != efficiency:
+            runs.write({**row, "scaling_efficiency": efficiency})
+
+
+def _flops_or_none(cell: Cell) -> FlopsPerSample | None:
+    try:
+        return flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
+    except Exception as exc:  # noqa: BLE001 - FLOPs are one column; the cell still runs
+        print(f"warning: FLOPs of {cell.model} could not be counted ({first_line(exc)}); MFU left empty")
+        return None

@@ -1,0 +1,1 @@
+"""What a cell trains: the one step, the models, the optimizers."""
