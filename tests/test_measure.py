@@ -93,15 +93,17 @@ def test_throughput_and_utilisation_arithmetic():
 
 @pytest.mark.parametrize("device_name, gpu", [
     ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-    ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100 80GB PCIe", "A100-80GB"), ("NVIDIA L4", "L4"),
+    ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"), ("NVIDIA L4", "L4"),
     ("NVIDIA A10G", "A10G"), ("Tesla T4", "T4"), ("Tesla V100-SXM2-16GB", "V100-16GB"),
     ("NVIDIA GeForce RTX 3090", "RTX-3090"), ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+    ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA L40S", "L40S"),
+    ("NVIDIA L40", "L40"), ("NVIDIA A10", "A10"), ("NVIDIA B200", "B200"),
 ])
 def test_catalog_matches_real_device_names(device_name, gpu):
     assert find_gpu(device_name).gpu == gpu
 
 
-@pytest.mark.parametrize("device_name", ["NVIDIA H20", "NVIDIA H100 PCIe", "NVIDIA GeForce RTX 4080"])
+@pytest.mark.parametrize("device_name", ["NVIDIA H20", "NVIDIA H200 NVL", "NVIDIA GeForce RTX 4080"])
 def test_unknown_gpu_gets_no_peak_rather_than_a_guess(device_name):
     assert find_gpu(device_name) is None
     peak = device_peak(DeviceInfo("cuda", device_name, ("fp32",), 1), "bf16")

@@ -40,8 +40,11 @@ COLUMNS: dict[str, str] = {
     "observed": "when the price was seen, YYYY-MM or YYYY-MM-DD",
     "valid_until": "empty for the current price; the date it stopped applying for a superseded one",
     "source": "where the price comes from",
+    "vcpus": "CPU cores (vCPUs) of the whole instance, as the provider lists them; empty if not known",
 }
-_OPTIONAL = {"spot_usd_per_hour", "valid_until"}
+_OPTIONAL = {"spot_usd_per_hour", "valid_until", "vcpus"}
+_ADDED_LATER = {"vcpus"}
+"""Columns a catalog written before they existed may lack (read as empty)."""
 _DATE = r"^\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$"
 
 
@@ -69,6 +72,7 @@ class Instance(BaseModel):
     observed: str = Field(pattern=_DATE)
     valid_until: str | None = Field(default=None, pattern=_DATE)
     source: str = Field(min_length=1)
+    vcpus: int | None = Field(default=None, gt=0)
 
     @field_validator("gpu")
     @classmethod
@@ -152,7 +156,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
 def _parse(name: str, text: str) -> tuple[Instance, ...]:
     reader = csv.DictReader(text.splitlines())
     header = reader.fieldnames or []
-    missing = [column for column in COLUMNS if column not in header]
+    missing = [column for column in COLUMNS if column not in header and column not in _ADDED_LATER]
     unknown = [column for column in header if column not in COLUMNS]
     if missing or unknown:
         problems = ([f"missing column(s) {', '.join(missing)}"] if missing else []) + \
@@ -176,16 +180,17 @@ def _parse(name: str, text: str) -> tuple[Instance, ...]:
 
 
 def _instance(row: dict[str, str | None], where: str) -> Instance:
+    width = len(row) - (None in row)
     if None in row:  # csv puts fields beyond the header under the key None
-        raise CatalogError(f"{where}, column {list(COLUMNS)[-1]}: {len(COLUMNS) + len(row[None])} fields, "
-                           f"the header has {len(COLUMNS)}; extra fields after it (a stray comma?)")
+        raise CatalogError(f"{where}, column {list(row)[-2]}: {width + len(row[None])} fields, "
+                           f"the header has {width}; extra fields after it (a stray comma?)")
     absent = [column for column, value in row.items() if value is None]
     if absent:
-        raise CatalogError(f"{where}, column {absent[0]}: missing; the row has {len(COLUMNS) - len(absent)} "
-                           f"fields, the header {len(COLUMNS)}")
+        raise CatalogError(f"{where}, column {absent[0]}: missing; the row has {width - len(absent)} "
+                           f"fields, the header {width}")
     values: dict[str, str | None] = {}
     for column in COLUMNS:
-        value = (row[column] or "").strip()
+        value = (row.get(column) or "").strip()
         if not value and column not in _OPTIONAL:
             raise CatalogError(f"{where}, column {column}: is empty ({COLUMNS[column]})")
         values[column] = value or None

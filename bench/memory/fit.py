@@ -46,6 +46,6 @@ def fitting_gpus(peak_bytes: float, headroom: float = DEFAULT_HEADROOM) -> list[
     """Catalog GPUs whose nominal memory holds `peak_bytes` plus headroom.
 
     >>> fitting_gpus(30 * 2**30, 0.10)
-    ['A100-40GB', 'A100-80GB', 'H100-80GB', 'H200']
+    ['A100-40GB', 'A100-80GB', 'A100-80GB-PCIe', 'H100-80GB', 'H100-PCIe', 'H100-NVL', 'H200', 'B200', 'L40S', 'L40']
     """
     return [key for key in gpu_keys() if memory_fit(peak_bytes, headroom, gpu_spec(key).memory_gib).fits]
