@@ -78,7 +78,7 @@ def main() -> None:
                 micro_batch=args.micro_batch or (64 if gpu else 16), accum_steps=args.accum_steps,
                 precision="fp32", checkpointing="off", optimizer="adamw", channels_last=False,
                 warmup_steps=2, measured_steps=args.steps)
-    task = CellTask(cell, device, device_peak(device, "fp32"),
+    task = CellTask(cell, device, device_peak(device, "fp32", args.out.parents[2] if args.out else Path("results")),
                     flops_per_sample(cell.model, cell.image_size, "off"))
     context = fork_server()
     stamp = {**provenance(), "started_utc": utc_now()}

@@ -10,7 +10,7 @@
 # bandwidth; then each results folder's report.
 # --dry runs the same code path on the CPU with tiny models (the grids' CPU profiles).
 # --claims runs the claims grids instead (experiments/claims/, sized for ~10 minutes on an H200;
-# a separate device call) and regenerates results/claims/<device-tag>/CLAIMS.md, whose GPU rows
+# a separate device call) and regenerates results/claims/<device tags>/CLAIMS.md, whose GPU rows
 # then take precedence over the CPU and estimated ones.
 #
 # Needs torch, timm, pandas, matplotlib, rich and pydantic; bitsandbytes is optional (its
@@ -49,7 +49,7 @@ extras="$root/gpu_check/$tag"
 if ((claims)); then
     echo "Claims on $tag -> $root (dry=$dry)"
     "$python" -m bench run experiments/claims/*.toml --results "$root" --device "$device"
-    "$python" -m bench claims --results "$root" --device "$device"
+    "$python" -m bench claims --results "$root"
     exit 0
 fi
 echo "GPU check on $tag -> $root (dry=$dry)"

@@ -46,13 +46,19 @@ def _row(micro, accum, precision="fp32", ckpt="off", optimizer="adamw", status="
     for step in range(accum):
         phases += [["forward", step, params + state + activations], ["backward", step, 2 * params + state]]
     phases += [["optimizer", accum - 1, 2 * params + state], ["zero_grad", accum - 1, params + state]]
+    step_ms = 1e3 * micro * accum / rate
     return row | {
         "memory_source": "cuda_allocator", "peak_memory_bytes": 2 * params + state + activations,
         "peak_allocated_bytes": 2 * params + state + activations,
         "peak_reserved_bytes": 2 * params + state + activations + GIB // 2,
+        "peak_tracked_bytes": 2 * params + state + activations,
         "params_bytes": params, "grads_bytes": params, "optimizer_state_bytes": state,
-        "activations_peak_bytes": activations, "phase_memory": json.dumps(phases),
-        "samples_per_s": rate, "step_time_median_ms": 1e3 * micro * accum / rate,
+        "tracked_params_bytes": params, "tracked_grads_bytes": params, "tracked_optimizer_state_bytes": state,
+        "tracked_activations_bytes": activations, "tracked_temporaries_bytes": 0, "untracked_bytes": 0,
+        "activations_peak_bytes": activations, "activations_saved_bytes": activations, "phase_memory": json.dumps(phases),
+        "step_times_ms": json.dumps([step_ms * (1 + 0.01 * (i % 3 - 1)) for i in range(8)]),
+        "step_time_ci95_rel": 0.02, "noisy": False, "remeasured": False,
+        "samples_per_s": rate, "step_time_median_ms": step_ms,
         "mfu_pct": rate / 10, "hfu_pct": rate / 10 * (1.3 if ckpt == "full" else 1),
         "peak_flops_source": "datasheet: H200 bf16_tflops (made up)", "git_commit": "abc",
     }
@@ -107,13 +113,14 @@ def _labels(ax) -> list[str]:
 def test_memory_chart_stacks_categories_per_precision_and_checkpointing(results_folder):
     rows = load_rows(results_folder)
     fig = memory_by_micro_batch(rows, context_of(rows))
-    assert [ax.get_title() for ax in fig.axes] == ["fp32, checkpointing off", "fp32, checkpointing full",
-                                                   "bf16, checkpointing off", "bf16, checkpointing full"]
+    assert [ax.get_title() for ax in fig.axes] == [f"m, 224 px, effective batch 8\n{title}" for title in (
+        "fp32, checkpointing off", "fp32, checkpointing full", "bf16, checkpointing off", "bf16, checkpointing full")]
     ax = fig.axes[0]
     legend = [text.get_text() for text in fig.legends[0].get_texts()]
-    assert [label for label in legend if label != "peak reserved"] == [
-        "parameters", "gradients", "optimizer state", "activations + temporaries"]
-    assert "peak reserved" in legend
+    markers = {"activations one forward saved", "peak reserved"}
+    assert [label for label in legend if label not in markers] == [
+        "parameters", "gradients", "optimizer state", "activations at the peak", "temporaries at the peak"]
+    assert markers <= set(legend)
     bars = ax.containers[0]  # parameters, in GiB
     assert [round(b.get_height(), 3) for b in bars] == [0.0, 1.0, 1.0, 1.0, 0.0]  # oom and error cells empty
     assert {t.get_text() for t in ax.texts} >= {"oom", "error"}

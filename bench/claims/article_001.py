@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.claims.claim import ANY, MB, MEASURED, RATIO, ClaimList
-from bench.claims.evidence import Rows, saved_activations_bytes
+from bench.claims.claim import (
+    ANY,
+    AT_GPU_SIZE,
+    ESTIMATED,
+    GB,
+    MB,
+    MEASURED,
+    RATIO,
+    ClaimList,
+)
+from bench.claims.evidence import Missing, Rows, saved_activations_bytes
 from bench.claims.readings import pair
 from bench.claims.verdict import Check, value_check
 
@@ -66,3 +75,29 @@ def constant_in_k(rows: Rows) -> list[Check]:
         checks.append(Check(f"{name} the same at every K", f"{name} " + ", ".join(f"{v / MB:.1f} MB" for v in values),
                             len(values) == 1))
     return checks
+
+
+@claims.add(
+    id="001-fp16-copy",
+    summary="mixed precision adds a float16 copy of the weights: 2P bytes",
+    quote="In mixed precision training, a float16 copy costs $2P$ bytes.",
+    experiment="claims_precision",
+    sources=AT_GPU_SIZE,
+    method=("Activations saved by the first forward against the micro-batch, fp16 autocast and fp32 (ViT-L/16, "
+        "every micro-batch of the grid): the fit's intercept is what the forward keeps whatever the batch. "
+        "autocast's fp16 copies of the weights of every matmul are kept for backward, so the fp16 intercept "
+        "minus the fp32 one is that copy, against 2P bytes (P: parameters). " + ESTIMATED),
+    elsewhere="CPU rows have one micro-batch: no intercept.",
+)
+def fp16_copy(rows: Rows) -> list[Check]:
+    intercepts = {}
+    for precision in ("fp16", "fp32"):
+        frame = rows.all(precision=precision)
+        if frame.micro_batch.nunique() < 2:
+            raise Missing(f"needs two micro-batches of {precision} in {rows.folder}")
+        saved = [saved_activations_bytes(row) for _, row in frame.iterrows()]
+        intercepts[precision] = float(np.polyfit(frame.micro_batch.astype(float), saved, 1)[1])
+    copy = intercepts["fp16"] - intercepts["fp32"]
+    params = float(rows.all(precision="fp32").iloc[0].params_bytes)  # fp32: 4 bytes per parameter
+    return [value_check("a float16 copy of the weights costs 2P bytes", copy, params / 2, 0.15, "GB", GB,
+                        label=f"fp16 copy (2P = {params / 2 / GB:.2f} GB):")]

@@ -55,13 +55,18 @@ def leak(rows: Rows) -> list[Check]:
     experiment="claims_precision",
     sources=RATIO,
     method=("Activations saved by the first forward (autocast's low-precision weight copies included), bf16 "
-        "autocast against fp32. An estimate runs CPU autocast's op lists, not CUDA's."),
+        "autocast against fp32, at every micro-batch of the grid: the weight copies are a fixed cost, so the "
+        "ratio falls towards its asymptote as the micro-batch grows. An estimate runs CPU autocast's op lists, "
+        "not CUDA's."),
 )
 def bf16_halves(rows: Rows) -> list[Check]:
-    fp32, bf16 = rows.one(precision="fp32"), rows.one(precision="bf16")
-    ratio = saved_activations_bytes(bf16) / saved_activations_bytes(fp32)
-    return [Check("bf16 roughly halves activation memory (ratio 0.4 to 0.6)", f"bf16/fp32 = {ratio:.2f}",
-                  0.4 <= ratio <= 0.6)]
+    checks = []
+    for _, fp32 in rows.all(precision="fp32").sort_values("micro_batch", ascending=False).iterrows():
+        bf16 = rows.one(precision="bf16", micro_batch=int(fp32.micro_batch))
+        ratio = saved_activations_bytes(bf16) / saved_activations_bytes(fp32)
+        checks.append(Check("bf16 roughly halves activation memory (ratio 0.4 to 0.6)",
+                            f"{pair(fp32)}: bf16/fp32 = {ratio:.2f}", 0.4 <= ratio <= 0.6, at=pair(fp32)))
+    return checks
 
 
 @claims.add(

@@ -1,8 +1,10 @@
-"""Seed 002's auto-tuned batch, answered by the memory estimator: rows for the claims table.
+"""Seed 002's largest batches, answered by the memory estimator: rows for the claims table.
 
-`results/claims_autotune/estimate/runs.csv` holds one row per GPU: the largest ResNet-50
-micro-batch the estimator predicts fits (`bench probe resnet50 --gpu GPU`, fp32, AdamW, no
-headroom, as the article's search keeps none). Written once; delete the file to recompute.
+`results/claims_autotune/estimate/runs.csv` holds one row per (GPU, precision, checkpointing):
+the largest ResNet-50 micro-batch the estimator predicts fits (`bench probe resnet50 --gpu GPU`,
+AdamW, no headroom, as the article's search keeps none). The article's auto-tuner (fp32) on a
+3090 and an A100, and its A100 loop (fp16 autocast) with and without checkpointing. A missing
+configuration is computed (minutes on a CPU); delete the file to recompute all.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from bench.results.store import RunsFile
 from bench.units import GIB
 
 EXPERIMENT = "claims_autotune"
-GPUS = ("RTX-3090", "A100-40GB")
-CONFIG = ProbeConfig.of("resnet50", image_size=224, precision="fp32", optimizer="adamw")
+MODEL = "resnet50"
+CONFIGURATIONS = (("RTX-3090", "fp32", "off"), ("A100-40GB", "fp32", "off"), ("A100-40GB", "fp16", "off"),
+                  ("A100-40GB", "fp16", "full"))
+"""(GPU, precision, checkpointing): the auto-tuner's two GPUs, and the A100 loop with and without checkpointing."""
 AUTOTUNE_COLUMNS: dict[str, Column] = {
     "cell_id": Column("str", "probe-<model>-<size>px-<precision>-<optimizer>-<gpu>"),
     "gpu": Column("str", "catalog GPU key"), "model": Column("str"), "image_size": Column("int"),
-    "precision": Column("str"), "optimizer": Column("str"),
+    "precision": Column("str"), "checkpointing": Column("str"), "optimizer": Column("str"),
     "budget_bytes": Column("int", "the GPU's nominal memory"),
     "largest_micro_batch": Column("int", "the estimator's largest micro-batch within the budget, no headroom"),
     "fake_steps": Column("int", "estimator trials the search took"),
@@ -40,18 +44,22 @@ def autotune_rows_path(results_root: Path) -> Path:
 
 
 def ensure_autotune_rows(results_root: Path) -> Path:
-    """The estimator's answers for each GPU, computed only if their file is missing (minutes on a CPU)."""
+    """The estimator's answer for each configuration, computed only where the file lacks it."""
     path = autotune_rows_path(results_root)
-    if path.exists():
-        return path
-    stamp = provenance()
-    cell = CONFIG.base
     runs = RunsFile(path, AUTOTUNE_COLUMNS)
-    for gpu in GPUS:
+    done = {row["cell_id"] for row in runs.rows()}
+    stamp = provenance()
+    for gpu, precision, checkpointing in CONFIGURATIONS:
+        config = ProbeConfig.of(MODEL, image_size=224, precision=precision, checkpointing=checkpointing,
+                                optimizer="adamw")
+        cell = config.base
+        cell_id = f"probe-{cell.model}-{cell.image_size}px-{precision}-ckpt_{checkpointing}-{cell.optimizer}-{gpu}"
+        if cell_id in done:
+            continue
         budget = Budget(gpu_spec(gpu).memory_gib * GIB, gpu, headroom=0.0)
-        predicted = probe_from_estimate(CONFIG, budget).predicted
-        runs.write({"cell_id": f"probe-{cell.model}-{cell.image_size}px-{cell.precision}-{cell.optimizer}-{gpu}",
-                    "gpu": gpu, "model": cell.model, "image_size": cell.image_size, "precision": cell.precision,
+        predicted = probe_from_estimate(config, budget).predicted
+        runs.write({"cell_id": cell_id, "gpu": gpu, "model": cell.model, "image_size": cell.image_size,
+                    "precision": precision, "checkpointing": checkpointing,
                     "optimizer": cell.optimizer, "budget_bytes": int(budget.nbytes),
                     "largest_micro_batch": predicted.largest, "fake_steps": len(predicted.trials),
                     "status": "estimated", "error_message": "", "device_type": "estimate",

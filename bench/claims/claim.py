@@ -8,6 +8,7 @@ computed from the checks, never typed in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from bench.claims.evidence import Rows, Source
@@ -19,6 +20,9 @@ MIB = 2**20
 
 ANY: tuple[Source, ...] = ("cuda", "cpu", "estimate")
 MEASURED: tuple[Source, ...] = ("cuda", "cpu")
+GPU_SPEED: tuple[Source, ...] = ("cuda",)
+"""A claim about GPU speed: only rows measured on a GPU give it a verdict. A CPU's timing (it varies
+with the CPU model and its load) or a FLOP ratio is shown as supporting evidence."""
 AT_GPU_SIZE: tuple[Source, ...] = ("cuda", "estimate")
 # Activation ratios: at the articles' 224 px the estimate beats a CPU row at 32-64 px, where
 # fixed costs (autocast's weight copies, the stem) weigh far more than in the article's setting.
@@ -28,6 +32,9 @@ ESTIMATED = ("At 224 px the activation numbers come from GPU rows or, without th
              "memory estimator (`bench estimate`, labelled estimated).")
 
 Measure = Callable[[Rows], list[Check]]
+Support = Callable[[Path], list[str]]
+"""A reader of labelled evidence, one line each, from the results root: a FLOP ratio, a CPU row, a
+counter. It gives no verdict; one that cannot read raises `Missing` (the finding says so)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +58,8 @@ class Claim:
     """How the rows are read, in words."""
     elsewhere: str = ""
     """Why the sources it leaves out cannot answer it."""
+    supporting: tuple[Support, ...] = ()
+    """Evidence shown beside the verdict, labelled, that gives none itself (a FLOP ratio, a CPU row)."""
 
 
 @dataclass

@@ -5,9 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.claims.evidence import SOURCE_WORDS, Missing, Rows, Source, load_sources
+from bench.claims.evidence import (
+    MEASURED_SOURCES,
+    SOURCE_WORDS,
+    Missing,
+    Rows,
+    Source,
+    load_sources,
+)
 from bench.claims.registry import CLAIMS, Claim
 from bench.claims.verdict import Check, Verdict, verdict_of
+from bench.equivalence.study import CSV_NAME as EQUIVALENCE_CSV
 
 
 @dataclass(frozen=True)
@@ -23,12 +31,40 @@ class Finding:
     cell_ids: tuple[str, ...] = ()
     note: str = ""
     """Why a preferred source could not answer (or, when not testable, why none could)."""
+    supporting: tuple[str, ...] = ()
+    """Labelled evidence from sources that give no verdict (when none could)."""
+
+    @property
+    def where_it_holds(self) -> str:
+        """For a claim checked over a range of configurations: where it holds and where not ("" otherwise).
+
+        Checks that carry a configuration label (`Check.at`) are grouped by outcome.
+        """
+        labelled = [check for check in self.checks if check.at]
+        if self.verdict != "partly" or len({check.at for check in labelled}) < 2:
+            return ""  # it holds (or not) everywhere: the verdict says it all
+        held = list(dict.fromkeys(check.at for check in labelled if check.passed))
+        failed = list(dict.fromkeys(check.at for check in labelled if not check.passed and check.at not in held))
+        parts = ([f"holds at {', '.join(held)}"] if held else []) + ([f"not at {', '.join(failed)}"] if failed else [])
+        return "; ".join(parts)
+
+    @property
+    def rows_file(self) -> Path | None:
+        """The file the rows came from."""
+        if self.rows_folder is None:
+            return None
+        return self.rows_folder / (EQUIVALENCE_CSV if self.source == "equivalence" else "runs.csv")
+
+    @property
+    def measured_tag(self) -> str | None:
+        """The device folder of the rows behind the verdict, when a device measured them."""
+        return self.rows_folder.name if self.source in MEASURED_SOURCES and self.rows_folder else None
 
     @property
     def where(self) -> str:
         if self.source is None:
             return "nowhere"
-        if self.source == "estimate":  # its device name only repeats that no device ran it
+        if self.source in ("estimate", "arithmetic"):  # no device ran anything
             return SOURCE_WORDS[self.source]
         return f"{SOURCE_WORDS[self.source]}: {self.device_name}"
 
@@ -48,12 +84,34 @@ def evaluate(claim: Claim, results_root: Path) -> Finding:
         except Missing as exc:
             reasons.append(f"{source}: {exc}")
             continue
-        return Finding(claim, verdict_of(checks), tuple(checks), source, rows.folder, rows.device_name,
-                       tuple(read.used), "; ".join(reasons))
+        folder = None if source == "arithmetic" else rows.folder
+        return Finding(claim, verdict_of(checks), tuple(checks), source, folder, rows.device_name,
+                       tuple(read.used), "; ".join(reasons), _supporting(claim, results_root))
     if claim.elsewhere:
         reasons.append(f"other sources: {claim.elsewhere}")
-    return Finding(claim, "not testable", note="; ".join(reasons))
+    return Finding(claim, "not testable here", note="; ".join(reasons), supporting=_supporting(claim, results_root))
+
+
+def _supporting(claim: Claim, results_root: Path) -> tuple[str, ...]:
+    lines: list[str] = []
+    for read in claim.supporting:
+        try:
+            lines += read(results_root)
+        except Missing as exc:
+            lines.append(f"not readable: {exc}")
+    return tuple(lines)
 
 
 def evaluate_all(results_root: Path) -> list[Finding]:
     return [evaluate(claim, results_root) for claim in CLAIMS]
+
+
+def table_folder(findings: list[Finding]) -> str:
+    """The claims table's folder: the device tags of the measured rows behind its verdicts, joined with
+    `+` (`nvidia-h200+cpu-intel-xeon-processor`); `estimate` when no device measured any of them.
+
+    >>> table_folder([])
+    'estimate'
+    """
+    tags = sorted({finding.measured_tag for finding in findings} - {None})
+    return "+".join(tags) or "estimate"

@@ -5,7 +5,10 @@ Sources, by what they can stand for:
 - `cuda`: measured on a GPU (`results/<experiment>/<gpu-tag>/runs.csv`);
 - `estimate`: the CUDA grid predicted without a device (`results/<experiment>/estimate/runs.csv`,
   `bench estimate`), memory only;
-- `cpu`: measured on a CPU under the grid's CPU profile (smaller images, same mechanisms).
+- `cpu`: measured on a CPU under the grid's CPU profile (smaller images, same mechanisms);
+- `equivalence`: the equivalence study (`results/equivalence/<device>/equivalence.csv`): one step
+  as K micro-batches against one large batch, every variant;
+- `arithmetic`: no rows: the article's own figures, the FLOP counter and the GPU catalog.
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ import pandas as pd
 
 from bench.claims.autotune import AUTOTUNE_COLUMNS
 from bench.claims.autotune import EXPERIMENT as AUTOTUNE_EXPERIMENT
+from bench.equivalence.study import CSV_NAME as EQUIVALENCE_CSV
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
 from bench.results.read import read_runs
 from bench.results.schema import COLUMNS, Column
 
-Source = Literal["cuda", "estimate", "cpu"]
-USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated"}
-SOURCE_WORDS = {"cuda": "measured on GPU", "estimate": "estimated for GPU (no device)", "cpu": "measured on CPU"}
+Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic"]
+USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated", "equivalence": "ok", "arithmetic": "ok"}
+SOURCE_WORDS = {"cuda": "measured on GPU", "estimate": "estimated for GPU (no device)", "cpu": "measured on CPU",
+                "equivalence": "equivalence study", "arithmetic": "computed from the article's own figures"}
+MEASURED_SOURCES: tuple[Source, ...] = ("cuda", "cpu")
+"""Sources whose rows a device measured: they name the claims table's folder."""
+
+
+EQUIVALENCE = "equivalence"
+"""The experiment name of the equivalence study's results folder."""
 
 
 class Missing(Exception):
@@ -78,7 +89,15 @@ class Rows:
 
 
 def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
-    """Every source with rows for `experiment`; of several GPUs (or CPUs), the first tag by name."""
+    """Every source with rows for `experiment`; of several GPUs (or CPUs), the first tag by name.
+
+    The experiment `equivalence` is the equivalence study's table; `arithmetic` needs no rows.
+    """
+    if experiment == "arithmetic":
+        return {"arithmetic": Rows("arithmetic", Path(results_root), pd.DataFrame(
+            {"cell_id": pd.Series(dtype=str), "status": pd.Series(dtype=str), "device_name": pd.Series(dtype=str)}))}
+    if experiment == EQUIVALENCE:
+        return _equivalence_rows(results_root)
     found: dict[Source, Rows] = {}
     for runs in sorted(Path(results_root, experiment).glob("*/runs.csv")):
         frame = read_runs(runs, _schema(runs))
@@ -87,6 +106,17 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
         source: Source = "estimate" if runs.parent.name == "estimate" else str(frame.device_type.iloc[0])
         found.setdefault(source, Rows(source, runs.parent, frame))
     return found
+
+
+def _equivalence_rows(results_root: Path) -> dict[Source, Rows]:
+    """The study's rows, with an id per comparison (model, variant, K) for the table's row lists."""
+    for table in sorted(Path(results_root, EQUIVALENCE).glob(f"*/{EQUIVALENCE_CSV}")):
+        frame = pd.read_csv(table, keep_default_na=False, na_values=[""]).astype({"accum_steps": "Int64"})
+        frame["cell_id"] = [f"{model}-{variant}-K{'' if pd.isna(k) else k}"
+                            for model, variant, k in zip(frame.model, frame.variant, frame.accum_steps)]
+        frame["error_message"] = frame.reason.where(frame.status != "ok", "").fillna("")
+        return {"equivalence": Rows("equivalence", table.parent, frame)}
+    return {}
 
 
 def _schema(runs: Path) -> dict[str, Column]:

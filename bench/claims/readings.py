@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.claims.verdict import Check, outcome_in_range
+
 
 def pair(row: pd.Series) -> str:
     return f"{int(row.micro_batch)}×{int(row.accum_steps)}"
@@ -22,3 +24,8 @@ def time_change(slower: float) -> str:
     """0.33 -> "33.0 % slower"; -0.1 -> "10.0 % faster"."""
     return f"{pct(abs(slower))} {'slower' if slower >= 0 else 'faster'}"
 
+
+
+def slowdown_check(claimed: str, slower: float, low: float, high: float) -> Check:
+    """A slowdown against a claimed range; a smaller one than claimed exceeds the claim (in its favour)."""
+    return Check(claimed, time_change(slower), outcome_in_range(slower, low, high, favourable="lower"))

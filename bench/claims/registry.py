@@ -9,11 +9,13 @@ from bench.claims import article_000, article_001, article_002, article_004
 from bench.claims.claim import GB, MB, MIB, Claim
 
 ARTICLES = {
-    "000": "000_dc122f77705c9807.txt — Gradient Accumulation OOM: Hidden Memory Spike Explained",
-    "001": "001_0d10a030942bbeb2.txt — Gradient Accumulation for Memory",
-    "002": "002_3a55cb8a916d818f.txt — Gradient Accumulation vs Large Batch: Memory & Cost Test",
-    "004": "004_61303b8cd52fbf66.txt — CUDA out of memory: three fixes and the silent leak",
+    "000": "“Gradient Accumulation OOM: Hidden Memory Spike Explained”",
+    "001": "“Gradient Accumulation for Memory” (a chapter section: Gradient Accumulation › Gradient Accumulation "
+           "for Memory)",
+    "002": "“Gradient Accumulation vs Large Batch: Memory & Cost Test”",
+    "004": "“CUDA out of memory: three fixes and the silent leak” (companion to a @teqnersinsights reel)",
 }
+"""The seed articles, cited by title; every claim quotes its article verbatim."""
 
 CLAIMS: tuple[Claim, ...] = tuple(
     claim for module in (article_002, article_000, article_004, article_001) for claim in module.claims.claims)

@@ -19,8 +19,8 @@ from bench.claims.registry import ARTICLES
 from bench.claims.verdict import RULE, VERDICTS
 from bench.results.markdown import markdown_table
 
-CSV_COLUMNS = ("claim_id", "article", "summary", "verdict", "source", "device_name", "measured", "rows_file",
-               "cell_ids", "quote", "note")
+CSV_COLUMNS = ("claim_id", "article", "summary", "verdict", "where_it_holds", "source", "device_name", "measured",
+               "rows_file", "cell_ids", "quote", "note", "supporting")
 
 
 def write_claims(findings: list[Finding], out_dir: Path) -> list[Path]:
@@ -44,8 +44,13 @@ def claims_markdown(findings: list[Finding], out_dir: Path) -> str:
         "**Where.** A claim names the sources it accepts, in order: rows measured on a GPU first, then "
         "(for memory at the articles' 224 px) the estimator's prediction for the GPU grid, then rows measured "
         "on a CPU under the grids' CPU profiles (smaller images: the mechanisms, not the articles' absolute "
-        "sizes). The first source that answers gives the verdict, and the table says which. CPU timings "
-        "depend on the load of the machine that measured them.",
+        "sizes), the equivalence study, or arithmetic on the article's own figures. The first source that "
+        "answers gives the verdict, and the table says which. A claim about GPU speed takes a verdict from "
+        "GPU rows only: CPU timings say nothing about a GPU (and vary with the CPU model and its load), so "
+        "without GPU rows it is *not testable here*, and what the other "
+        "sources show is listed under it as supporting evidence, labelled, with no verdict. A claim that "
+        "depends on the configuration is checked at every configuration the rows cover, and says where it "
+        "holds.",
         "",
         "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".",
         "",
@@ -55,7 +60,7 @@ def claims_markdown(findings: list[Finding], out_dir: Path) -> str:
     ]
     for finding in findings:
         lines += ["", *_details(finding, out_dir)]
-    lines += ["", "## Articles", ""] + [f"- {key}: `{name}`" for key, name in ARTICLES.items()]
+    lines += ["", "## Articles", ""] + [f"- {key}: {title}" for key, title in ARTICLES.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -65,20 +70,23 @@ def _table_line(finding: Finding, out_dir: Path) -> dict:
         "claim": f"[{claim.id}](#{claim.id})",
         "article": claim.article,
         "says": claim.summary,
-        "measured": _measured(finding) or "—",
-        "verdict": f"**{finding.verdict}**",
+        "measured": _measured(finding) or _supported(finding) or "—",
+        "verdict": f"**{finding.verdict}**" + (f" ({finding.where_it_holds})" if finding.where_it_holds else ""),
         "from": finding.where if finding.source else _needs(finding),
-        "rows": f"[runs.csv]({_link(finding, out_dir)})" if finding.rows_folder else "—",
+        "rows": f"[{finding.rows_file.name}]({_link(finding, out_dir)})" if finding.rows_folder else "—",
     }
 
 
 def _details(finding: Finding, out_dir: Path) -> list[str]:
     claim = finding.claim
     lines = [f"### {claim.id}", "", f"> {claim.quote}", "", f"— seed {claim.article}", "",
-             f"- verdict: **{finding.verdict}**" + (f" ({finding.where})" if finding.source else ""),
+             f"- verdict: **{finding.verdict}**" + (f" ({finding.where})" if finding.source else "")
+             + (f"; {finding.where_it_holds}" if finding.where_it_holds else ""),
              f"- method: {claim.method}"]
     for check in finding.checks:
-        lines.append(f"- check: {check.claimed} — measured {check.measured} — {'passes' if check.passed else 'fails'}")
+        at = f" [{check.at}]" if check.at else ""
+        lines.append(f"- check{at}: {check.claimed} — measured {check.measured} — {check.outcome}")
+    lines += [f"- supporting, no verdict: {line}" for line in finding.supporting]
     if finding.rows_folder:
         cells = ", ".join(f"`{cell}`" for cell in finding.cell_ids)
         lines.append(f"- rows: [{_link(finding, out_dir)}]({_link(finding, out_dir)}): {cells}")
@@ -89,8 +97,14 @@ def _details(finding: Finding, out_dir: Path) -> list[str]:
 
 def _needs(finding: Finding) -> str:
     """For a claim nothing answered: what would (e.g. "needs GPU rows" for an allocator claim)."""
-    words = {"cuda": "GPU rows", "estimate": "an estimate", "cpu": "CPU rows"}
+    words = {"cuda": "GPU rows", "estimate": "an estimate", "cpu": "CPU rows", "equivalence": "the equivalence study",
+             "arithmetic": "the article's figures"}
     return "needs " + " or ".join(words[source] for source in finding.claim.sources)
+
+
+def _supported(finding: Finding) -> str:
+    """Supporting evidence in the table's measured column, marked as such."""
+    return "; ".join(f"_supporting: {line}_" for line in finding.supporting)
 
 
 def _measured(finding: Finding) -> str:
@@ -99,7 +113,7 @@ def _measured(finding: Finding) -> str:
 
 
 def _link(finding: Finding, out_dir: Path) -> str:
-    return Path(os.path.relpath(finding.rows_folder / "runs.csv", out_dir)).as_posix()
+    return Path(os.path.relpath(finding.rows_file, out_dir)).as_posix()
 
 
 def claims_csv(findings: list[Finding], out_dir: Path) -> str:
@@ -110,9 +124,10 @@ def claims_csv(findings: list[Finding], out_dir: Path) -> str:
         claim = finding.claim
         writer.writerow({
             "claim_id": claim.id, "article": claim.article, "summary": claim.summary, "verdict": finding.verdict,
-            "source": finding.source or "", "device_name": finding.device_name,
+            "where_it_holds": finding.where_it_holds, "source": finding.source or "", "device_name": finding.device_name,
             "measured": _measured(finding),
             "rows_file": _link(finding, out_dir) if finding.rows_folder else "",
             "cell_ids": ";".join(finding.cell_ids), "quote": claim.quote, "note": finding.note,
+            "supporting": " | ".join(finding.supporting),
         })
     return buffer.getvalue()

@@ -1,4 +1,5 @@
-"""`bench claims`: the claims table for this device from the rows under the results root."""
+"""`bench claims`: the claims table from the rows under the results root, in a folder named for
+the device(s) whose rows it reads."""
 
 from __future__ import annotations
 
@@ -6,23 +7,20 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from bench.commands.common import add_device_option
 from bench.errors import ResultsFileError
-from bench.measure.device import detect_device
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     claims = commands.add_parser("claims", help="the seed articles' claims against the measured rows -> CLAIMS.md")
     claims.set_defaults(handler=run_claims)
     claims.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
-    add_device_option(claims, help="whose folder the table goes to: results/claims/<device-tag>/")
 
 
 def run_claims(args: argparse.Namespace) -> int:
     from bench.claims.autotune import (
         ensure_autotune_rows,  # late: pandas and the estimator only here
     )
-    from bench.claims.evaluate import evaluate_all
+    from bench.claims.evaluate import evaluate_all, table_folder
     from bench.claims.table import write_claims
 
     measured = sorted(args.results.glob("claims_*/*/runs.csv"))
@@ -31,8 +29,7 @@ def run_claims(args: argparse.Namespace) -> int:
                                "under it; run `make claims` (or `bench run experiments/claims/*.toml`) first")
     print(f"autotune rows: {ensure_autotune_rows(args.results)}")
     findings = evaluate_all(args.results)
-    out_dir = args.results / "claims" / detect_device(args.device).tag
-    written = write_claims(findings, out_dir)
+    written = write_claims(findings, args.results / "claims" / table_folder(findings))
     counts = Counter(finding.verdict for finding in findings)
     print(", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items())))
     print(f"wrote {', '.join(str(path) for path in written)}")

@@ -78,7 +78,25 @@ def run_grids(args: argparse.Namespace) -> int:
         with grid_progress(grid.name) as (on_start, on_row):
             rows = run_grid(grid, device, options, on_row=on_row, on_start=on_start)
         console.print(summary_table(f"{grid.name} on {device.name} (profile {grid.profile})", rows))
+        if grid.profile == "cpu":
+            _cpu_profile_scope(grid, folder)
     return 0
+
+
+def _cpu_profile_scope(grid: Grid, folder: Path) -> None:
+    """After a CPU-profile grid: what its rows can and cannot show, and the grid as written, predicted."""
+    from bench.report.build import sibling_estimates
+    from bench.report.console import console, predicted_table
+    from bench.report.tables import cpu_profile_banner, predicted_accumulation_cost
+    from bench.results.read import read_runs
+
+    console.print(cpu_profile_banner(read_runs(folder / "runs.csv")).replace("**", ""))
+    predicted = predicted_accumulation_cost(sibling_estimates(folder))
+    if predicted.empty:
+        console.print(f"  no estimate of the grid as written yet: `bench estimate {grid.path}` predicts its peak "
+                      "memory without a device")
+    else:
+        console.print(predicted_table("the grid as written, predicted (memory estimator, no device)", predicted))
 
 
 def load_for_device(files: list[Path], device: DeviceInfo) -> list[Grid]:

@@ -221,9 +221,15 @@ class Scaling:
 
 
 def measured_scaling(rows: list[MeasuredRow]) -> dict[tuple, dict[int, MeasuredRow]]:
-    """The rows that measured scaling: world_size > 1, `no_sync` (the correct loop), efficiency present."""
+    """The rows that measured scaling on GPUs: world_size > 1, `no_sync` (the correct loop), efficiency present.
+
+    A CPU's data-parallel rows (gloo ranks sharing one machine's cores) say nothing of NVLink or
+    InfiniBand between GPUs: never applied to GPU instances, where the assumed default stands.
+    """
     found: dict[tuple, dict[int, MeasuredRow]] = {}
     for row in rows:
+        if row.on_cpu:
+            continue
         if row.world_size > 1 and row.ddp_sync == "no_sync" and row.scaling_efficiency is not None:
             found.setdefault(row.configuration, {})[row.world_size] = row
     return found
@@ -283,6 +289,9 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
         return "no_mfu", f"row has no MFU ({row.device_name} has no known peak): no projection"
     samples_per_s = projected_samples_per_s(row.mfu_pct, row.model_flops_per_sample, peak)
     target = f"{gpu.gpu}'s {row.precision} datasheet peak {peak / 1e12:g} TFLOP/s"
+    if row.on_cpu and row.precision == "fp16":
+        return "no_mfu", (f"fp16 on a CPU ({row.device_name}) runs without fp16 arithmetic units (emulated, often "
+                          "30x slower than fp32): its MFU says nothing about a GPU's fp16 tensor cores; no projection")
     if row.on_cpu:
         return GpuSpeed(samples_per_s, "projected_from_cpu_profile",
                         f"NOT a GPU measurement: MFU {row.mfu_pct:.1f}% (of a measured matmul peak) on a CPU ({row.device_name}) "

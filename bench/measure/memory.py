@@ -106,6 +106,20 @@ def weights_version(model: torch.nn.Module) -> int:
     return sum(p._version for p in model.parameters())
 
 
+def gradient_norm(model: torch.nn.Module) -> float | None:
+    """L2 norm over every parameter's gradient (None when there are none). A host sync: untimed use only.
+
+    >>> layer = torch.nn.Linear(2, 1, bias=False)
+    >>> layer.weight.grad = torch.tensor([[3.0, 4.0]])
+    >>> gradient_norm(layer)
+    5.0
+    """
+    grads = [p.grad.detach().float() for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return None
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+
 def host_rss_bytes() -> int | None:
     """This process's resident memory (Linux); None elsewhere."""
     try:
@@ -129,6 +143,13 @@ class TracedStep:
     """Per traced step: the process's resident memory after it (not compared: it varies run to run)."""
     grads_bytes: int = 0
     optimizer_state_bytes: int = 0
+    activations_saved_bytes: int = 0
+    """Activation tensors alive at the end of the first traced step's last forward: what one micro-batch's
+    forward saved for backward (MemTracker's activation category)."""
+    grad_norm: float | None = None
+    """L2 norm of every gradient after the last backward of the first traced step (after DDP's all-reduce):
+    the step's update direction, comparable between splits of the same model, data and weights. None
+    without values (fake tensors)."""
     tracked_peak_bytes: dict[str, int] = field(default_factory=dict)
     """MemTracker's breakdown at the step's peak, by category, plus "total"."""
 
@@ -150,13 +171,14 @@ class _DevicePeakTracker(MemTracker):
 
 def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
                optimizer: torch.optim.Optimizer, device: torch.device, steps: int = 1, *,
-               host_memory: bool = True) -> TracedStep:
+               values: bool = True) -> TracedStep:
     """Run `steps` optimizer steps under MemTracker, recording memory after every phase.
 
     Per-phase bytes come from the CUDA allocator on a GPU and from tracked tensors on CPU.
     `run_step` returns what the loop keeps across steps (its running loss): a graph it holds
     shows in `kept_graph_nodes`, memory that creeps in rising bytes step over step.
-    `host_memory`: record this process's resident memory after each step (None when off).
+    `values`: read values too (the process's resident memory after each step, the gradient norm);
+    off under fake tensors, which have none.
     """
     traced = TracedStep()
     step, base_version = 0, weights_version(model)
@@ -164,8 +186,12 @@ def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
     tracker.track_external(model, optimizer)
 
     def on_phase(phase: str, micro_step: int) -> None:
+        if phase == "forward" and step == 0:  # the last forward's count stands
+            traced.activations_saved_bytes = _by_category(tracker.get_tracker_snapshot("current"), device)["activations"]
         if phase == "backward":
             traced.grads_bytes = grad_bytes(model)
+        if phase == "optimizer" and step == 0 and values:  # the gradients as the update will use them
+            traced.grad_norm = gradient_norm(model)
         if phase == "optimizer":
             traced.optimizer_state_bytes = optimizer_state_bytes(optimizer)
         traced.phases.append({"step": step, "phase": phase, "micro_step": micro_step,
@@ -180,7 +206,7 @@ def trace_step(run_step: Callable[[PhaseHook], object], model: torch.nn.Module,
         for step in range(steps):
             kept = run_step(on_phase)
             traced.kept_graph_nodes.append(kept_graph_nodes(kept))
-            traced.host_rss_bytes.append(host_rss_bytes() if host_memory else None)
+            traced.host_rss_bytes.append(host_rss_bytes() if values else None)
     traced.tracked_peak_bytes = _by_category(tracker.get_tracker_snapshot("peak"), device)
     return traced
 

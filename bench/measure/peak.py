@@ -1,14 +1,32 @@
-"""The device's peak FLOP/s for a precision: datasheet on a known GPU, measured on a CPU."""
+"""The device's peak FLOP/s for a precision: datasheet on a known GPU, measured once on a CPU.
+
+A CPU has no datasheet peak worth dividing by, so its peak is measured: the best of several
+rounds of a large matmul per precision, once per device and thread count, and stored with its
+date in `<results>/peaks/<device-tag>/peaks.csv`. Every results folder measured on that device
+then divides by the same number; `bench peak --measure` re-measures it, on purpose.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
 from bench.measure.device import DeviceInfo
 from bench.measure.hardware import PEAK_COLUMN, find_gpu
 from bench.measure.timing import best_time_s
+
+PEAKS_FOLDER = "peaks"
+CPU_MATRIX_SIDE = {"fp32": 2048, "bf16": 2048, "fp16": 512}
+"""Large enough to keep every core busy; fp16 smaller, as CPUs run it emulated and slowly."""
+CPU_ROUNDS = 5
+CPU_SECONDS_PER_ROUND = 1.0
+STORED_COLUMNS = ("device_tag", "device_name", "threads", "precision", "flops_per_s", "matrix_side", "rounds",
+                  "seconds_per_round", "measured_utc", "torch_version")
 
 _MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -20,8 +38,9 @@ class PeakFlops:
     source: str
 
 
-def device_peak(device: DeviceInfo, precision: str) -> PeakFlops:
-    """The denominator of MFU/HFU for cells on `device` in `precision`."""
+def device_peak(device: DeviceInfo, precision: str, results_root: Path = Path("results")) -> PeakFlops:
+    """The denominator of MFU/HFU for cells on `device` in `precision`: the datasheet's on a GPU, the
+    stored measurement on a CPU (measured and stored first if there is none)."""
     if device.type == "cuda":
         spec = find_gpu(device.name)
         if spec is None:
@@ -30,9 +49,57 @@ def device_peak(device: DeviceInfo, precision: str) -> PeakFlops:
         if value is None:
             return PeakFlops(None, f"{spec.gpu} datasheet has no {precision} peak, no MFU")
         return PeakFlops(value, f"datasheet: {spec.gpu} {PEAK_COLUMN[precision]} ({spec.source})")
-    flops, size = measure_matmul_peak(precision, torch.device("cpu"))
-    return PeakFlops(flops, f"measured: best torch.matmul {size}x{size} {precision} on this CPU, "
-                            f"{device.threads} threads")
+    stored = stored_peak(device, precision, results_root)
+    if stored is None:
+        stored = store_peaks(device, (precision,), results_root)[precision]
+    return PeakFlops(float(stored["flops_per_s"]), describe_stored(stored, peaks_file(device, results_root)))
+
+
+def peaks_file(device: DeviceInfo, results_root: Path) -> Path:
+    return Path(results_root) / PEAKS_FOLDER / device.tag / "peaks.csv"
+
+
+def stored_peak(device: DeviceInfo, precision: str, results_root: Path) -> dict | None:
+    """The stored measurement for this device, thread count and precision, or None."""
+    path = peaks_file(device, results_root)
+    if not path.is_file():
+        return None
+    for row in csv.DictReader(path.read_text().splitlines()):
+        if row["precision"] == precision and int(row["threads"]) == device.threads:
+            return row
+    return None
+
+
+def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: Path) -> dict[str, dict]:
+    """Measure the CPU's matmul peak for `precisions` and store it (replacing earlier rows for them)."""
+    path = peaks_file(device, results_root)
+    measured_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    fresh = {}
+    for precision in precisions:
+        flops = max(measure_matmul_peak(precision, torch.device("cpu"), CPU_MATRIX_SIDE[precision],
+                                        CPU_SECONDS_PER_ROUND)[0] for _ in range(CPU_ROUNDS))
+        fresh[precision] = {"device_tag": device.tag, "device_name": device.name, "threads": device.threads,
+                            "precision": precision, "flops_per_s": flops, "matrix_side": CPU_MATRIX_SIDE[precision],
+                            "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
+                            "measured_utc": measured_utc, "torch_version": torch.__version__}
+    kept = [row for row in (csv.DictReader(path.read_text().splitlines()) if path.is_file() else [])
+            if not (row["precision"] in fresh and int(row["threads"]) == device.threads)]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=STORED_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows([*kept, *fresh.values()])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{id(buffer)}.tmp")
+    temporary.write_text(buffer.getvalue())
+    temporary.replace(path)
+    return {precision: {key: str(value) for key, value in row.items()} for precision, row in fresh.items()}
+
+
+def describe_stored(row: dict, path: Path) -> str:
+    """How a stored CPU peak was measured, for the rows that divide by it."""
+    return (f"measured {row['measured_utc'][:10]}: best of {row['rounds']} rounds of {row['seconds_per_round']} s "
+            f"of torch.matmul {row['matrix_side']}x{row['matrix_side']} {row['precision']} on this CPU, "
+            f"{row['threads']} threads ({Path(*path.parts[-3:])})")
 
 
 def measure_matmul_peak(precision: str, device: torch.device, size: int = 1024,

@@ -155,8 +155,8 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         # are None (or zeros, with zero_grad="zeros").
         # One micro-batch suffices for that, and costs 1/K of the full step.
         train_step(model, optimizer, micro_batches[:1], cell.precision, scaler, **cell.step_options)
-        # The host's resident memory says nothing about a device no step ran on.
-        traced = trace_step(run_step, model, optimizer, torch.device("cpu"), host_memory=False)
+        # Fake tensors have no values: no gradient norm, and the host's memory says nothing of a device.
+        traced = trace_step(run_step, model, optimizer, torch.device("cpu"), values=False)
     cuda = target == "cuda"
     return Estimate(
         target=target, traced=traced, params_bytes=param_bytes(model),

@@ -14,8 +14,10 @@ from bench.report.rows import ReportContext, at_defaults, context_of, load_rows
 from bench.report.tables import (
     accumulation_cost,
     cell_table,
+    cpu_profile_banner,
     data_parallel,
     estimate_vs_measured,
+    predicted_accumulation_cost,
 )
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs
@@ -37,28 +39,30 @@ def build_report(folder: Path) -> list[Path]:
     written = []
     for name, chart in CHARTS.items():
         figure = chart(plain, context)
-        figure.savefig(folder / name, dpi=100, metadata=_PNG_METADATA)
+        figure.savefig(folder / name, dpi=100, metadata=_PNG_METADATA, bbox_inches="tight")
         plt.close(figure)
         written.append(folder / name)
     cost = accumulation_cost(plain)
     written.append(_write(folder / "accumulation_cost.csv", cost.to_csv(index=False)))
-    accuracy = _estimate_accuracy(folder, rows)
+    estimates = sibling_estimates(folder)
+    accuracy = estimate_vs_measured(rows, estimates) if not estimates.empty else pd.DataFrame()
     if not accuracy.empty:
         written.append(_write(folder / "estimate_vs_measured.csv", accuracy.to_csv(index=False)))
-    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy)))
+    predicted = predicted_accumulation_cost(estimates) if context.profile == "cpu" else pd.DataFrame()
+    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy, predicted)))
     return written
 
 
-def _estimate_accuracy(folder: Path, rows: pd.DataFrame) -> pd.DataFrame:
-    """The estimator's prediction beside each measured cell, when the sibling estimate folder has the same cells."""
-    estimates = folder.parent / ESTIMATE_FOLDER / "runs.csv"
-    if folder.name == ESTIMATE_FOLDER or not estimates.is_file():
+def sibling_estimates(folder: Path) -> pd.DataFrame:
+    """The estimate rows of the same experiment (`results/<experiment>/estimate/`), empty when there are none."""
+    estimates = Path(folder).parent / ESTIMATE_FOLDER / "runs.csv"
+    if Path(folder).name == ESTIMATE_FOLDER or not estimates.is_file():
         return pd.DataFrame()
-    return estimate_vs_measured(rows, read_runs(estimates, ESTIMATE_COLUMNS))
+    return read_runs(estimates, ESTIMATE_COLUMNS)
 
 
 def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, cost: pd.DataFrame,
-                 accuracy: pd.DataFrame) -> str:
+                 accuracy: pd.DataFrame, predicted: pd.DataFrame) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in rows.status.value_counts().sort_index().items())
     peak_sources = "; ".join(sorted(set(rows.peak_flops_source) - {""}))
     commits = ", ".join(sorted({commit[:10] for commit in rows.git_commit if commit}))
@@ -72,7 +76,8 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
         f"- MFU/HFU peak: {peak_sources or 'none known (MFU left empty)'}.",
         f"- Harness commit(s): {commits or 'unknown'}.",
         "",
-        "## What accumulation costs",
+        *_cpu_scope(rows, context, predicted),
+        "## What accumulation costs" + (" on this CPU, at the profile's size" if context.profile == "cpu" else ""),
         "",
         "Large-batch end against the most-accumulated end at the same effective batch "
         "(checkpointing off, same optimizer). Memory saved and throughput lost are relative to the large batch.",
@@ -98,6 +103,20 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
     lines += [f"![{name.removesuffix('.png')}]({name})" for name in CHARTS]
     lines += ["", "## Every cell", "", markdown_table(cell_table(rows)), ""]
     return "\n".join(lines)
+
+
+def _cpu_scope(rows: pd.DataFrame, context: ReportContext, predicted: pd.DataFrame) -> list[str]:
+    """A CPU-profile report opens with what it can and cannot show, and the 224 px answer beside it."""
+    if context.profile != "cpu":
+        return []
+    lines = [cpu_profile_banner(rows), ""]
+    if predicted.empty:
+        return lines + ["_No estimate of the grid as written yet: `bench estimate <grid file>` predicts its peak "
+                        "memory without a device._", ""]
+    return lines + ["### The grid as written, predicted (memory estimator, no device)", "",
+                    "Predicted `max_memory_allocated` at the large-batch end and the most-accumulated end (checkpointing "
+                    "off, same optimizer), from `../estimate/runs.csv`. Memory only: an estimate has no time.", "",
+                    markdown_table(predicted), ""]
 
 
 def _write(path: Path, text: str) -> Path:

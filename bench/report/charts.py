@@ -1,7 +1,9 @@
 """Comparison charts. Each function takes rows and returns a matplotlib Figure; nothing here writes.
 
-Colours stay fixed per precision across every chart; cells that did not finish (oom, error,
-timeout, skipped) are drawn as marked gaps with their status, never left out silently.
+One row of panels per model (no line joins two models), each titled with the model, its image
+size and its effective batch. Colours stay fixed per precision across every chart; memory is
+drawn in GiB or MiB, whichever suits the data; cells that did not finish (oom, error, timeout,
+skipped) are drawn as marked gaps with their status, never left out silently.
 """
 
 from __future__ import annotations
@@ -23,23 +25,53 @@ from bench.report.rows import (  # noqa: E402
     pair_label,
     reference_optimizer,
 )
-from bench.units import GIB  # noqa: E402
+from bench.units import GIB, MIB  # noqa: E402
 
 PRECISION_COLORS = {"fp32": "#1f77b4", "bf16": "#ff7f0e", "fp16": "#2ca02c"}
 CHECKPOINT_STYLES = {"off": "-", "full": "--"}
-CATEGORIES = (  # (column, label, colour) stacked bottom to top
-    ("params_bytes", "parameters", "#4c72b0"),
-    ("grads_bytes", "gradients", "#dd8452"),
-    ("optimizer_state_bytes", "optimizer state", "#55a868"),
-    ("activations_peak_bytes", "activations + temporaries", "#c44e52"),
+# What the traced peak holds, bottom to top: MemTracker's categories at the peak (they add up to
+# the tracked peak) and, on CUDA, what the allocator held beyond the tensors the trace saw.
+CATEGORIES = (  # (column, label, colour)
+    ("tracked_params_bytes", "parameters", "#4c72b0"),
+    ("tracked_grads_bytes", "gradients", "#dd8452"),
+    ("tracked_optimizer_state_bytes", "optimizer state", "#55a868"),
+    ("tracked_activations_bytes", "activations at the peak", "#c44e52"),
+    ("tracked_temporaries_bytes", "temporaries at the peak", "#8172b3"),
+    ("untracked_bytes", "allocator beyond tensors (inputs, workspaces)", "#937860"),
 )
 FAILED_MARK = dict(marker="x", color="black", linestyle="none", markersize=9)
+PANEL_HEIGHT = 4.2
 
 
-def _figure(title: str, context: ReportContext, panels: int = 1, width: float = 6.0) -> tuple[Figure, list]:
-    fig, axes = plt.subplots(1, panels, figsize=(width * panels, 4.6), squeeze=False)
+def memory_unit(values: pd.Series) -> tuple[float, str]:
+    """(bytes per unit, name): GiB for data that reaches a GiB, MiB below.
+
+    >>> memory_unit(pd.Series([3 * 2**20])), memory_unit(pd.Series([2**31]))
+    ((1048576, 'MiB'), (1073741824, 'GiB'))
+    """
+    largest = pd.to_numeric(values, errors="coerce").max()
+    return (GIB, "GiB") if pd.notna(largest) and largest >= GIB else (MIB, "MiB")
+
+
+def models(rows: pd.DataFrame) -> list[str]:
+    """The models in the rows, in the order they first appear."""
+    return list(dict.fromkeys(rows.model))
+
+
+def model_title(rows: pd.DataFrame, model: str) -> str:
+    """`resnet50, 224 px, effective batch 128`."""
+    cells = rows[rows.model == model]
+    sizes = "/".join(str(int(size)) for size in sorted(set(cells.image_size)))
+    batches = "/".join(str(int(batch)) for batch in sorted(set(cells.effective_batch)))
+    return f"{model}, {sizes} px, effective batch {batches}"
+
+
+def _figure(title: str, context: ReportContext, rows_of_panels: int, panels: int,
+            width: float = 6.0) -> tuple[Figure, list[list]]:
+    fig, axes = plt.subplots(rows_of_panels, panels, figsize=(width * panels, PANEL_HEIGHT * rows_of_panels + 0.8),
+                             squeeze=False)
     fig.suptitle(f"{title}\n{context.subtitle}", fontsize=11)
-    return fig, list(axes[0])
+    return fig, [list(row) for row in axes]
 
 
 def _failed_note(ax, failed: pd.DataFrame) -> None:
@@ -53,109 +85,152 @@ def _failed_note(ax, failed: pd.DataFrame) -> None:
 
 
 def memory_by_micro_batch(rows: pd.DataFrame, context: ReportContext) -> Figure:
-    """Peak memory against micro-batch, stacked by category; one panel per precision × checkpointing."""
+    """Peak memory against micro-batch, stacked by what the peak holds; per model, one panel per
+    precision × checkpointing, with the activations one forward saved marked on each bar."""
     optimizer = reference_optimizer(rows)
     subset = rows[rows.optimizer == optimizer]
-    panels = [(p, c) for p in ordered(subset.precision, PRECISION_ORDER)
-              for c in ordered(subset.checkpointing, ("off", "full"))
-              if not subset[(subset.precision == p) & (subset.checkpointing == c)].empty]
-    fig, axes = _figure(f"{context.experiment}: peak memory by category ({optimizer}, effective batch "
-                        f"{int(rows.effective_batch.iloc[0])})", context, len(panels), width=4.6)
-    for ax, (precision, ckpt) in zip(axes, panels):
-        cells = subset[(subset.precision == precision) & (subset.checkpointing == ckpt)]
-        cells = cells.sort_values("micro_batch", ascending=False)
-        labels = [pair_label(r.micro_batch, r.accum_steps) for r in cells.itertuples()]
-        positions = range(len(cells))
-        ok = (cells.status == "ok").to_numpy()
-        bottom = [0.0] * len(cells)
-        for column, label, colour in CATEGORIES:
-            heights = [v / GIB if good else 0.0 for v, good in zip(cells[column].fillna(0), ok)]
-            ax.bar(positions, heights, bottom=bottom, color=colour, label=label, width=0.6)
-            bottom = [b + h for b, h in zip(bottom, heights)]
-        reserved = cells.peak_reserved_bytes
-        if reserved.notna().any():
-            ax.plot([p + 0.38 for p in positions], reserved / GIB, marker="_", markersize=14, mew=2.5,
-                    linestyle="none", color="black", label="peak reserved")
-        for position, row in zip(positions, cells.itertuples()):
-            if row.status != "ok":
-                ax.plot([position], [0], **FAILED_MARK)
-                ax.annotate(row.status, (position, 0), textcoords="offset points", xytext=(0, 8),
-                            ha="center", fontsize=8)
-        ax.set_xticks(list(positions), labels)
-        ax.set_xlabel("micro-batch × accumulation steps")
-        ax.set_ylabel("GiB")
-        ax.set_title(f"{precision}, checkpointing {ckpt}", fontsize=10)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    layout = {model: [(p, c) for p in ordered(subset[subset.model == model].precision, PRECISION_ORDER)
+                      for c in ordered(subset[subset.model == model].checkpointing, ("off", "full"))
+                      if not subset[(subset.model == model) & (subset.precision == p)
+                                    & (subset.checkpointing == c)].empty]
+              for model in models(subset)}
+    scale, unit = memory_unit(subset.peak_memory_bytes)
+    fig, axes = _figure(f"{context.experiment}: what the peak holds ({optimizer})", context, len(layout),
+                        max(len(panels) for panels in layout.values()), width=4.6)
+    for axes_row, (model, panels) in zip(axes, layout.items()):
+        for ax, (precision, ckpt) in zip(axes_row, panels):
+            cells = subset[(subset.model == model) & (subset.precision == precision) & (subset.checkpointing == ckpt)]
+            _stacked_memory(ax, cells.sort_values("micro_batch", ascending=False), scale, unit)
+            ax.set_title(f"{model_title(rows, model)}\n{precision}, checkpointing {ckpt}", fontsize=9)
+        for ax in axes_row[len(panels):]:
+            ax.set_visible(False)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    fig.tight_layout(rect=(0, 0.09 / len(layout), 1, 1))
     return fig
 
 
+def _stacked_memory(ax, cells: pd.DataFrame, scale: float, unit: str) -> None:
+    labels = [pair_label(r.micro_batch, r.accum_steps) for r in cells.itertuples()]
+    positions = list(range(len(cells)))
+    ok = (cells.status == "ok").to_numpy()
+    bottom = [0.0] * len(cells)
+    for column, label, colour in CATEGORIES:
+        values = pd.to_numeric(cells[column], errors="coerce").fillna(0).astype(float)
+        if column == "untracked_bytes" and not (values > 0).any():
+            continue  # CPU rows: the trace sees every tensor
+        heights = [v / scale if good else 0.0 for v, good in zip(values, ok)]
+        ax.bar(positions, heights, bottom=bottom, color=colour, label=label, width=0.6)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    saved = pd.to_numeric(cells.activations_saved_bytes, errors="coerce")
+    if saved.notna().any():
+        ax.plot([p - 0.38 for p in positions], saved / scale, marker="_", markersize=12, mew=2.5, linestyle="none",
+                color="#c44e52", label="activations one forward saved")
+    reserved = pd.to_numeric(cells.peak_reserved_bytes, errors="coerce")
+    if reserved.notna().any():
+        ax.plot([p + 0.38 for p in positions], reserved / scale, marker="_", markersize=14, mew=2.5,
+                linestyle="none", color="black", label="peak reserved")
+    for position, row in zip(positions, cells.itertuples()):
+        if row.status != "ok":
+            ax.plot([position], [0], **FAILED_MARK)
+            ax.annotate(row.status, (position, 0), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+    ax.set_xticks(positions, labels)
+    ax.set_xlabel("micro-batch × accumulation steps")
+    ax.set_ylabel(unit)
+
+
 def throughput_and_mfu(rows: pd.DataFrame, context: ReportContext) -> Figure:
-    """Samples/s and MFU against micro-batch, one line per precision × checkpointing."""
+    """Samples/s (with the spread of the timed steps) and MFU against micro-batch, one row per model,
+    one line per precision × checkpointing."""
     optimizer = reference_optimizer(rows)
     subset = rows[rows.optimizer == optimizer]
-    fig, (rate_ax, mfu_ax) = _figure(f"{context.experiment}: throughput and MFU against micro-batch "
-                                     f"({optimizer})", context, 2)
-    for precision in ordered(subset.precision, PRECISION_ORDER):
-        for ckpt in ordered(subset.checkpointing, ("off", "full")):
-            cells = subset[(subset.precision == precision) & (subset.checkpointing == ckpt)]
-            if cells.empty:
-                continue
-            cells = cells.sort_values("micro_batch")
-            ok, failed = cells[cells.status == "ok"], cells[cells.status != "ok"]
-            style = dict(color=PRECISION_COLORS.get(precision), linestyle=CHECKPOINT_STYLES.get(ckpt, ":"),
-                         marker="o", label=f"{precision}, ckpt {ckpt}")
-            rate_ax.plot(ok.micro_batch, ok.samples_per_s, **style)
-            mfu_ax.plot(ok.micro_batch, ok.mfu_pct, **style)
-            for ax in (rate_ax, mfu_ax):
-                ax.plot(failed.micro_batch, [0] * len(failed), **FAILED_MARK)
-    large_batch = rows.micro_batch.max()
-    for ax, label in ((rate_ax, "samples/s"), (mfu_ax, "MFU (%)")):
-        ax.axvline(large_batch, color="grey", linestyle=":", label=f"large batch ({int(large_batch)}×1)")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("micro-batch (effective batch fixed)")
-        ax.set_ylabel(label)
-        ax.set_ylim(bottom=0)
+    names = models(subset)
+    fig, axes = _figure(f"{context.experiment}: throughput and MFU against micro-batch ({optimizer})", context,
+                        len(names), 2)
     kinds = sorted({source.split(":")[0] for source in subset.peak_flops_source if source})
-    mfu_ax.set_title(f"MFU against the {' / '.join(kinds) or 'no known'} peak per precision (see REPORT.md)",
-                     fontsize=8)
-    rate_ax.legend(fontsize=7)
-    _failed_note(mfu_ax, subset[subset.status != "ok"])
+    for (rate_ax, mfu_ax), model in zip(axes, names):
+        cells_of_model = subset[subset.model == model]
+        for precision in ordered(cells_of_model.precision, PRECISION_ORDER):
+            for ckpt in ordered(cells_of_model.checkpointing, ("off", "full")):
+                cells = cells_of_model[(cells_of_model.precision == precision)
+                                       & (cells_of_model.checkpointing == ckpt)].sort_values("micro_batch")
+                if cells.empty:
+                    continue
+                ok, failed = cells[cells.status == "ok"], cells[cells.status != "ok"]
+                style = dict(color=PRECISION_COLORS.get(precision), linestyle=CHECKPOINT_STYLES.get(ckpt, ":"),
+                             marker="o", label=f"{precision}, ckpt {ckpt}")
+                rate_ax.plot(ok.micro_batch, ok.samples_per_s, **style)
+                _spread(rate_ax, ok, PRECISION_COLORS.get(precision))
+                mfu_ax.plot(ok.micro_batch, ok.mfu_pct, **style)
+                for ax in (rate_ax, mfu_ax):
+                    ax.plot(failed.micro_batch, [0] * len(failed), **FAILED_MARK)
+        large_batch = cells_of_model.micro_batch.max()
+        micro_batches = sorted(int(m) for m in set(cells_of_model.micro_batch))
+        for ax, label in ((rate_ax, "samples/s"), (mfu_ax, "MFU (%)")):
+            ax.axvline(large_batch, color="grey", linestyle=":", label=f"large batch ({int(large_batch)}×1)")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(micro_batches, [str(m) for m in micro_batches])
+            ax.minorticks_off()
+            ax.set_xlabel("micro-batch (effective batch fixed)")
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)
+        rate_ax.set_title(f"{model_title(rows, model)}: samples/s (bars: p10-p90 of the timed steps)", fontsize=9)
+        mfu_ax.set_title(f"MFU against the {' / '.join(kinds) or 'no known'} peak per precision", fontsize=9)
+        rate_ax.legend(fontsize=7)
+        _failed_note(mfu_ax, cells_of_model[cells_of_model.status != "ok"])
     fig.tight_layout()
     return fig
 
 
+def _spread(ax, ok: pd.DataFrame, colour: str | None) -> None:
+    """Vertical bars from the samples/s of the p90 step time to that of the p10 one."""
+    low = ok.effective_batch / (ok.step_time_p90_ms / 1e3)
+    high = ok.effective_batch / (ok.step_time_p10_ms / 1e3)
+    ax.vlines(ok.micro_batch, low, high, color=colour, linewidth=3, alpha=0.35)
+
+
 def memory_sawtooth(rows: pd.DataFrame, context: ReportContext) -> Figure:
-    """Memory after each forward, backward and the update inside one optimizer step: both ends."""
+    """Memory after each forward, backward and the update inside one optimizer step: both ends, per model."""
     optimizer = reference_optimizer(rows)
-    precision = ordered(rows.precision, PRECISION_ORDER)[0]
-    subset = rows[(rows.optimizer == optimizer) & (rows.precision == precision) & (rows.checkpointing == "off")]
+    names = models(rows)
+    fig, axes = _figure(f"{context.experiment}: memory inside one optimizer step ({optimizer})", context,
+                        len(names), 1, width=9)
+    for (ax,), model in zip(axes, names):
+        cells = rows[(rows.model == model) & (rows.optimizer == optimizer)]
+        precision = ordered(cells.precision, PRECISION_ORDER)[0] if len(cells) else ""
+        subset = cells[(cells.precision == precision) & (cells.checkpointing == "off")]
+        if subset.empty:
+            subset = cells[cells.precision == precision]
+        _sawtooth(ax, subset)
+        ax.set_title(f"{model_title(rows, model)}, {precision}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _sawtooth(ax, subset: pd.DataFrame) -> None:
     if subset.empty:
-        subset = rows[(rows.optimizer == optimizer) & (rows.precision == precision)]
-    fig, (ax,) = _figure(f"{context.experiment}: memory inside one optimizer step ({precision}, {optimizer})",
-                         context, 1, width=9)
+        ax.set_visible(False)
+        return
     ends = subset.sort_values("micro_batch", ascending=False)
     ends = [ends.iloc[0], ends.iloc[-1]] if len(ends) > 1 else [ends.iloc[0]]
+    scale, unit = memory_unit(subset.peak_memory_bytes)
     # Both series share one axis: micro-step events at their own index, the optimizer step
     # and zero_grad at the end, so the large batch's update lines up with the accumulated one's.
     slots = 2 * max(int(row.accum_steps) for row in ends) + 2
     ticks = [f"{kind}{i + 1}" for i in range(slots // 2 - 1) for kind in "fb"] + ["opt", "zero"]
     for row, colour in zip(ends, ("#1f77b4", "#d62728")):
         label = pair_label(row.micro_batch, row.accum_steps)
-        if row.status != "ok" or not isinstance(row.phase_memory, str):
+        if row.status != "ok" or not row.phase_memory:
             ax.plot([], [], **FAILED_MARK, label=f"{label}: {row.status}")
             continue
         phases = json.loads(row.phase_memory)
-        ax.step([_event_slot(phase, step, slots) for phase, step, _ in phases], [p[2] / GIB for p in phases],
+        ax.step([_event_slot(phase, step, slots) for phase, step, _ in phases], [p[2] / scale for p in phases],
                 where="post", marker="o", color=colour, label=f"{label} ({len(phases)} events)")
     ax.set_xticks(range(slots), ticks, fontsize=7 if slots <= 20 else 5)
     ax.set_xlabel("after: f = forward, b = backward of micro-step n; opt = optimizer step; zero = zero_grad")
-    ax.set_ylabel("GiB allocated")
+    ax.set_ylabel(f"{unit} allocated")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def _event_slot(phase: str, micro_step: int, slots: int) -> int:
@@ -165,24 +240,31 @@ def _event_slot(phase: str, micro_step: int, slots: int) -> int:
 
 
 def optimizers_side_by_side(rows: pd.DataFrame, context: ReportContext) -> Figure:
-    """Optimizer state and peak memory for each optimizer, bars grouped by precision.
+    """Optimizer state and peak memory for each optimizer, bars grouped by precision, per model.
 
     Drawn at the split where most optimizers were measured (the larger micro-batch on a tie),
     checkpointing off when measured.
     """
-    ckpt = "off" if (rows.checkpointing == "off").any() else rows.checkpointing.iloc[0]
-    candidates = rows[rows.checkpointing == ckpt]
+    names = models(rows)
+    fig, axes = _figure(f"{context.experiment}: optimizers side by side", context, len(names), 2)
+    for axes_row, model in zip(axes, names):
+        _optimizers(axes_row, rows[rows.model == model], model_title(rows, model))
+    fig.tight_layout()
+    return fig
+
+
+def _optimizers(axes_row: list, cells: pd.DataFrame, title: str) -> None:
+    ckpt = "off" if (cells.checkpointing == "off").any() else cells.checkpointing.iloc[0]
+    candidates = cells[cells.checkpointing == ckpt]
     measured = candidates[candidates.status == "ok"].groupby("micro_batch").optimizer.nunique()
     micro = max(measured.index, key=lambda m: (measured[m], m)) if len(measured) else candidates.micro_batch.max()
     large = candidates[candidates.micro_batch == micro]
     optimizers = ordered(large.optimizer, ("adamw", "adamw8bit", "sgd"))
     precisions = ordered(large.precision, PRECISION_ORDER)
-    fig, axes = _figure(f"{context.experiment}: optimizers side by side "
-                        f"({pair_label(large.micro_batch.iloc[0], large.accum_steps.iloc[0])}, "
-                        f"checkpointing {large.checkpointing.iloc[0]})", context, 2)
     width = 0.8 / max(len(precisions), 1)
-    for ax, column, label in ((axes[0], "optimizer_state_bytes", "optimizer state (GiB)"),
-                              (axes[1], "peak_memory_bytes", "peak memory (GiB)")):
+    for ax, column, label in ((axes_row[0], "optimizer_state_bytes", "optimizer state"),
+                              (axes_row[1], "peak_memory_bytes", "peak memory")):
+        scale, unit = memory_unit(large[column])
         for offset, precision in enumerate(precisions):
             for position, optimizer in enumerate(optimizers):
                 cell = large[(large.optimizer == optimizer) & (large.precision == precision)]
@@ -192,13 +274,13 @@ def optimizers_side_by_side(rows: pd.DataFrame, context: ReportContext) -> Figur
                 if cell.status.iloc[0] != "ok":
                     ax.plot([x], [0], **FAILED_MARK)
                     continue
-                ax.bar(x, cell[column].iloc[0] / GIB, width=width, color=PRECISION_COLORS.get(precision),
+                ax.bar(x, cell[column].iloc[0] / scale, width=width, color=PRECISION_COLORS.get(precision),
                        label=precision if position == 0 else None)
         ax.set_xticks(range(len(optimizers)), optimizers)
-        ax.set_ylabel(label)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+        ax.set_ylabel(f"{label} ({unit})")
+        ax.set_title(f"{title}\n{pair_label(large.micro_batch.iloc[0], large.accum_steps.iloc[0])}, "
+                     f"checkpointing {ckpt}: {label}", fontsize=9)
+    axes_row[0].legend(fontsize=8)
 
 
 def pareto_frontier(points: pd.DataFrame) -> pd.DataFrame:
@@ -217,26 +299,32 @@ def pareto_frontier(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def memory_throughput_tradeoff(rows: pd.DataFrame, context: ReportContext) -> Figure:
-    """Every measured cell: peak memory against samples/s, with the frontier."""
-    ok = rows[rows.status == "ok"].assign(peak_gib=lambda r: r.peak_memory_bytes / GIB)
-    fig, (ax,) = _figure(f"{context.experiment}: memory against throughput, every cell", context, 1, width=8)
-    for precision in ordered(ok.precision, PRECISION_ORDER):
-        for ckpt, marker in (("off", "o"), ("full", "^")):
-            cells = ok[(ok.precision == precision) & (ok.checkpointing == ckpt)]
-            if not cells.empty:
-                ax.scatter(cells.peak_gib, cells.samples_per_s, color=PRECISION_COLORS.get(precision),
-                           marker=marker, label=f"{precision}, ckpt {ckpt}", alpha=0.8)
-    if not ok.empty:
-        frontier = pareto_frontier(ok)
-        ax.plot(frontier.peak_gib, frontier.samples_per_s, color="black", linestyle="--", linewidth=1,
-                label="frontier")
-        for row in frontier.itertuples():
-            ax.annotate(f"{pair_label(row.micro_batch, row.accum_steps)} {row.optimizer}",
-                        (row.peak_gib, row.samples_per_s), fontsize=6, xytext=(4, 2), textcoords="offset points")
-    ax.set_xlabel("peak memory (GiB)")
-    ax.set_ylabel("samples/s")
-    ax.legend(fontsize=7, loc="lower right")
-    _failed_note(ax, rows[rows.status != "ok"])
+    """Every measured cell: peak memory against samples/s, with the frontier; one panel per model."""
+    names = models(rows)
+    fig, axes = _figure(f"{context.experiment}: memory against throughput, every cell", context, len(names), 1,
+                        width=8)
+    for (ax,), model in zip(axes, names):
+        cells = rows[rows.model == model]
+        scale, unit = memory_unit(cells.peak_memory_bytes)
+        ok = cells[cells.status == "ok"].assign(peak_gib=lambda r: r.peak_memory_bytes.astype(float) / scale)
+        for precision in ordered(ok.precision, PRECISION_ORDER):
+            for ckpt, marker in (("off", "o"), ("full", "^")):
+                chosen = ok[(ok.precision == precision) & (ok.checkpointing == ckpt)]
+                if not chosen.empty:
+                    ax.scatter(chosen.peak_gib, chosen.samples_per_s, color=PRECISION_COLORS.get(precision),
+                               marker=marker, label=f"{precision}, ckpt {ckpt}", alpha=0.8)
+        if not ok.empty:
+            frontier = pareto_frontier(ok)
+            ax.plot(frontier.peak_gib, frontier.samples_per_s, color="black", linestyle="--", linewidth=1,
+                    label="frontier")
+            for row in frontier.itertuples():
+                ax.annotate(f"{pair_label(row.micro_batch, row.accum_steps)} {row.optimizer}",
+                            (row.peak_gib, row.samples_per_s), fontsize=6, xytext=(4, 2), textcoords="offset points")
+        ax.set_xlabel(f"peak memory ({unit})")
+        ax.set_ylabel("samples/s")
+        ax.set_title(model_title(rows, model), fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+        _failed_note(ax, cells[cells.status != "ok"])
     fig.tight_layout()
     return fig
 

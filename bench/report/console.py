@@ -43,15 +43,35 @@ def grid_progress(title: str) -> Iterator[tuple]:
 
 
 def summary_table(title: str, rows: list[dict]) -> Table:
+    """Every cell of the grid: status, peak, samples/s with the spread of its median step time, MFU."""
     table = Table(title=title, title_justify="left")
-    for header in ("cell", "status", "peak GiB", "memory source", "samples/s", "MFU %", "note"):
-        table.add_column(header, justify="right" if header in ("peak GiB", "samples/s", "MFU %") else "left")
+    for header in ("cell", "status", "peak GiB", "memory source", "samples/s", "±95 %", "MFU %", "note"):
+        table.add_column(header, justify="right" if header in ("peak GiB", "samples/s", "±95 %", "MFU %") else "left")
     for row in rows:
         note = row.get("error_message") or "" if row["status"] != "ok" else ""
         table.add_row(_short(row["cell_id"]), row["status"], _gib(row.get("peak_memory_bytes")),
-                      row.get("memory_source") or "", _number(row.get("samples_per_s"), 1),
+                      row.get("memory_source") or "", _number(row.get("samples_per_s"), 1), _spread(row),
                       _number(row.get("mfu_pct"), 1), note[:60])
     return table
+
+
+def predicted_table(title: str, predicted) -> Table:
+    """A DataFrame of predicted figures (the 224 px answer beside a CPU profile) as a terminal table."""
+    table = Table(title=title, title_justify="left")
+    for column in predicted.columns:
+        table.add_column(str(column), justify="left" if predicted[column].dtype == object else "right")
+    for values in predicted.itertuples(index=False):
+        table.add_row(*("" if value is None else str(value) for value in values))
+    return table
+
+
+def _spread(row: dict) -> str:
+    """Half the 95 % interval of the median step time, % of it; NOISY above the threshold."""
+    rel = row.get("step_time_ci95_rel")
+    if row["status"] != "ok" or rel in (None, ""):
+        return ""
+    noisy = str(row.get("noisy")).lower() == "true"
+    return f"{50 * float(rel):.1f}" + (" NOISY" if noisy else "")
 
 
 def _headline(row: dict) -> str:

@@ -1,7 +1,8 @@
 """The estimate chart: predicted peak memory against micro-batch, with GPU memory sizes drawn across.
 
-One line per configuration (model, image size, precision, checkpointing, optimizer,
-channels-last); which GPU holds which configuration reads off the horizontal lines.
+One panel per model and precision, one line per checkpointing × optimizer × memory format,
+so no series hides under another (bf16 and fp16 predict the same bytes); which GPU holds
+which configuration reads off the horizontal lines, the catalog's memory sizes.
 """
 
 from __future__ import annotations
@@ -13,17 +14,29 @@ import matplotlib
 matplotlib.use("Agg")  # files only
 
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 
+from bench.measure.hardware import gpu_keys, gpu_spec  # noqa: E402
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS  # noqa: E402
-from bench.report.charts import CHECKPOINT_STYLES, PRECISION_COLORS  # noqa: E402
+from bench.report.charts import CHECKPOINT_STYLES, model_title, models  # noqa: E402
+from bench.report.rows import PRECISION_ORDER, ordered  # noqa: E402
 from bench.results.read import read_runs  # noqa: E402
 from bench.units import GIB  # noqa: E402
 
 CHART_NAME = "memory_estimate.png"
-GPU_MEMORY_LINES_GIB = (16, 24, 40, 80, 141)
-"""T4/V100; L4/A10G/RTX 3090/4090; A100-40GB; A100/H100-80GB; H200 (bench/data/gpus.csv)."""
-OPTIMIZER_MARKERS = {"adamw": "o", "adamw8bit": "s", "sgd": "^"}
-_CONFIGURATION = ["model", "image_size", "precision", "checkpointing", "optimizer", "channels_last"]
+OPTIMIZER_STYLES = {"adamw": ("o", "#1f77b4"), "adamw8bit": ("s", "#9467bd"), "sgd": ("^", "#2ca02c")}
+
+
+def gpu_memory_lines() -> dict[float, str]:
+    """Each distinct GPU memory size in the catalog, with the GPUs that have it.
+
+    >>> gpu_memory_lines()[24.0]
+    'L4, A10, A10G, RTX-3090, RTX-4090'
+    """
+    sizes: dict[float, list[str]] = {}
+    for key in gpu_keys():
+        sizes.setdefault(gpu_spec(key).memory_gib, []).append(key)
+    return {size: ", ".join(names) for size, names in sorted(sizes.items())}
 
 
 def write_estimate_chart(folder: Path) -> Path:
@@ -35,35 +48,52 @@ def write_estimate_chart(folder: Path) -> Path:
     estimated = estimated[estimated.profile == profile]
     # The CUDA prediction of reserved memory is what a GPU must hold; CPU estimates have tracked tensors.
     column = "peak_reserved_bytes" if profile == "cuda" else "peak_memory_bytes"
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for key, cells in estimated.groupby(_CONFIGURATION, sort=False):
-        model, size, precision, ckpt, optimizer, channels_last = key
-        cells = cells.sort_values("micro_batch")
-        ax.plot(cells.micro_batch, cells[column] / GIB, color=PRECISION_COLORS.get(precision),
-                linestyle=CHECKPOINT_STYLES.get(ckpt, "-"), marker=OPTIMIZER_MARKERS.get(optimizer, "x"),
-                label=f"{model} {size}px {precision} ckpt {ckpt} {optimizer}{' cl' if channels_last else ''}")
-    for gib in GPU_MEMORY_LINES_GIB:
-        ax.axhline(gib, color="grey", linewidth=0.8, linestyle=":")
-        ax.annotate(f"{gib} GiB", (1.0, gib), xycoords=("axes fraction", "data"), fontsize=8,
-                    xytext=(3, 0), textcoords="offset points", va="center", color="grey")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("micro-batch (samples per forward/backward; accumulation makes up the effective batch)")
-    ax.set_ylabel("predicted peak reserved (GiB)" if profile == "cuda" else "predicted tracked peak (GiB)")
+    panels = [(model, precision) for model in models(estimated)
+              for precision in ordered(estimated[estimated.model == model].precision, PRECISION_ORDER)]
+    columns = max(1, min(3, len(panels)))
+    grid_rows = max(1, -(-len(panels) // columns))
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(5.2 * columns, 4.2 * grid_rows + 1.2), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, (model, precision) in zip(flat, panels):
+        _panel(ax, estimated[(estimated.model == model) & (estimated.precision == precision)], column, profile)
+        ax.set_title(f"{model_title(estimated, model)}, {precision}", fontsize=9)
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
     experiment = estimated.experiment.iloc[0] if len(estimated) else ""
-    ax.set_title(f"{experiment}: estimated peak memory (profile {profile}, no device run)\n"
-                 "dotted lines: GPU memory sizes (the fits_gpus column adds the cost planner's headroom)", fontsize=10)
+    fig.suptitle(f"{experiment}: estimated peak memory (profile {profile}, no device run)\n"
+                 "dotted lines: GPU memory sizes of the catalog (the fits_gpus column adds the cost planner's "
+                 "headroom)", fontsize=10)
     if len(failed):  # never silently missing
         reasons = "; ".join(f"{optimizer}: {error}" for optimizer, error in
                             sorted(set(zip(failed.optimizer, failed.error_type))))
-        ax.text(0.01, 0.99, f"not estimated: {len(failed)} cells ({reasons})", transform=ax.transAxes,
-                va="top", fontsize=8, bbox=dict(boxstyle="round", facecolor="white", alpha=0.85))
-    handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=labels.__getitem__)
-    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=6, ncol=2,
-              loc="upper left", bbox_to_anchor=(0, -0.14))
-    fig.tight_layout()
+        fig.text(0.01, 0.005, f"not estimated: {len(failed)} cells ({reasons})", fontsize=8)
+    handles, labels = flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=7,
+               bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     path = Path(folder) / CHART_NAME
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    fig.savefig(path, dpi=100, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def _panel(ax, cells: pd.DataFrame, column: str, profile: str) -> None:
+    configurations = ["checkpointing", "optimizer", "channels_last"]
+    for (ckpt, optimizer, channels_last), lines in cells.groupby(configurations, sort=False):
+        lines = lines.sort_values("micro_batch")
+        marker, colour = OPTIMIZER_STYLES.get(optimizer, ("x", "black"))
+        ax.plot(lines.micro_batch, lines[column].astype(float) / GIB, color=colour,
+                linestyle=CHECKPOINT_STYLES.get(ckpt, ":"), marker=marker,
+                label=f"ckpt {ckpt}, {optimizer}{', channels-last' if channels_last else ''}")
+    if profile == "cuda":
+        for gib, names in gpu_memory_lines().items():
+            ax.axhline(gib, color="grey", linewidth=0.8, linestyle=":")
+            ax.annotate(f"{gib:g} GiB", (1.0, gib), xycoords=("axes fraction", "data"), fontsize=7,
+                        xytext=(3, 0), textcoords="offset points", va="center", color="grey")
+    micro_batches = sorted(int(m) for m in set(cells.micro_batch))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(micro_batches, [str(m) for m in micro_batches])
+    ax.minorticks_off()
+    ax.set_yscale("log")
+    ax.set_xlabel("micro-batch")
+    ax.set_ylabel("predicted peak reserved (GiB)" if profile == "cuda" else "predicted tracked peak (GiB)")

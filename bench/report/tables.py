@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
+from bench.measure.timing import MIN_STEPS_FOR_SPREAD, rate_change_interval
 from bench.report.rows import (
     PRECISION_ORDER,
     ordered,
@@ -11,13 +14,15 @@ from bench.report.rows import (
     reference_optimizer,
     variant_labels,
 )
-from bench.units import GIB
+from bench.units import GIB, MIB
 
 
 def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per cell, rounded, units in the headers."""
-    def gib(column: str) -> pd.Series:
-        return (rows[column] / GIB).round(3)
+    """One line per cell, rounded, units in the headers; the step time's spread and a noisy mark beside it."""
+    scale, unit = _memory_unit(rows.peak_memory_bytes)
+
+    def memory(column: str) -> pd.Series:
+        return (rows[column].astype("Float64") / scale).round(3)
     variants = variant_labels(rows)
     return pd.DataFrame({
         "model": rows.model,
@@ -28,15 +33,37 @@ def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
         "optimizer": rows.optimizer,
         **({"variant": variants} if (variants != "").any() else {}),
         "status": rows.status,
-        "peak (GiB)": gib("peak_memory_bytes"),
-        "reserved (GiB)": gib("peak_reserved_bytes"),
-        "activations (GiB)": gib("activations_peak_bytes"),
-        "optimizer state (GiB)": gib("optimizer_state_bytes"),
+        f"peak ({unit})": memory("peak_memory_bytes"),
+        f"reserved ({unit})": memory("peak_reserved_bytes"),
+        f"saved activations ({unit})": memory("activations_saved_bytes"),
+        f"optimizer state ({unit})": memory("optimizer_state_bytes"),
         "step (ms)": rows.step_time_median_ms.round(1),
+        "±95 % (%)": [spread_text(row) for row in rows.itertuples()],
         "samples/s": rows.samples_per_s.round(2),
         "MFU (%)": rows.mfu_pct.round(2),
         "HFU (%)": rows.hfu_pct.round(2),
+        "load (1 min)": rows.load_avg_1m.round(2),
     })
+
+
+def spread_text(row) -> str:
+    """`±4.1` (half the 95 % interval of the median step time, % of it), `±12.0 NOISY`, or why none."""
+    if row.status != "ok":
+        return ""
+    if pd.isna(row.step_time_ci95_rel):
+        return f"n={len(json.loads(row.step_times_ms)) if row.step_times_ms else 0}, not stated"
+    text = f"±{50 * row.step_time_ci95_rel:.1f}"
+    return text + (" NOISY" if _true(row.noisy) else "") + (" (remeasured)" if _true(row.remeasured) else "")
+
+
+def _true(flag: object) -> bool:
+    """A nullable boolean column's value: True only when it is set and true."""
+    return bool(pd.notna(flag) and flag)
+
+
+def _memory_unit(values: pd.Series) -> tuple[float, str]:
+    largest = pd.to_numeric(values, errors="coerce").max()
+    return (GIB, "GiB") if pd.notna(largest) and largest >= GIB else (MIB, "MiB")
 
 
 def accumulation_cost(rows: pd.DataFrame) -> pd.DataFrame:
@@ -77,9 +104,19 @@ def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accum
         "peak accumulated (GiB)": value(accumulated, "peak_memory_bytes", 3, GIB),
         "memory saved (%)": change_pct("peak_memory_bytes"),
         "throughput lost (%)": change_pct("samples_per_s"),
+        "95 % interval (%)": _lost_interval(large, accumulated) if both_ok else None,
         "MFU large (%)": value(large, "mfu_pct", 2),
         "MFU accumulated (%)": value(accumulated, "mfu_pct", 2),
     }
+
+
+def _lost_interval(large: pd.Series, accumulated: pd.Series) -> str:
+    """The 95 % bootstrap interval of the throughput lost, from both cells' timed steps."""
+    times = [json.loads(row.step_times_ms) if row.step_times_ms else [] for row in (large, accumulated)]
+    if min(len(steps) for steps in times) < MIN_STEPS_FOR_SPREAD:
+        return f"not stated (n < {MIN_STEPS_FOR_SPREAD})"
+    _, low, high = rate_change_interval(times[0], times[1], int(large.effective_batch), int(accumulated.effective_batch))
+    return f"{100 * low:.1f} to {100 * high:.1f}"
 
 
 def data_parallel(rows: pd.DataFrame) -> pd.DataFrame:
@@ -120,3 +157,39 @@ def estimate_vs_measured(measured: pd.DataFrame, estimated: pd.DataFrame) -> pd.
     joined["reserved_ratio"] = joined.peak_reserved_bytes_estimated / joined.peak_reserved_bytes_measured
     joined["within_10pct"] = (joined.peak_ratio - 1).abs() <= 0.10
     return joined
+
+
+def predicted_accumulation_cost(estimates: pd.DataFrame) -> pd.DataFrame:
+    """The estimator's answer to "what accumulation costs" for the grid as written (its CUDA profile):
+    predicted peak memory at the large-batch end and the most-accumulated end, per model and precision.
+
+    Memory only: an estimate has no time.
+    """
+    if estimates.empty:
+        return pd.DataFrame()
+    cuda = estimates[(estimates.profile == "cuda")].assign(
+        status=lambda frame: frame.status.replace({"estimated": "ok"}))
+    if cuda.empty:
+        return pd.DataFrame()
+    table = accumulation_cost(cuda)
+    if table.empty:
+        return table
+    table = table.drop(columns=["throughput lost (%)", "95 % interval (%)", "MFU large (%)", "MFU accumulated (%)"])
+    sizes = cuda.groupby("model").image_size.first()
+    table.insert(1, "image (px)", [int(sizes[model]) for model in table.model])
+    return table.rename(columns={"peak large (GiB)": "predicted peak large (GiB)",
+                                 "peak accumulated (GiB)": "predicted peak accumulated (GiB)",
+                                 "memory saved (%)": "predicted memory saved (%)"})
+
+
+def cpu_profile_banner(rows: pd.DataFrame) -> str:
+    """What a CPU-profile folder can and cannot show, in one paragraph."""
+    sizes = ", ".join(f"{int(size)} px" for size in sorted(set(rows.image_size)))
+    batches = ", ".join(str(int(batch)) for batch in sorted(set(rows.effective_batch)))
+    return (f"**CPU profile: the mechanisms, not the GPU answer.** These rows were measured on a CPU at {sizes} "
+            f"and effective batch {batches}, the grid's smaller CPU profile. At that size parameters, gradients and "
+            "optimizer state set the peak, so splitting the batch barely moves it; and a CPU has no tensor cores, "
+            "no kernel-launch cost and no caching allocator, so its timings say nothing about a GPU's (and they vary "
+            "with the CPU model and its load). What these rows do show: what is allocated when inside a step, "
+            "what each optimizer keeps, how the step scales with K. The question the study asks, at the grid's "
+            "real size on a GPU, is answered below by the memory estimator (predicted, no device ran it).")

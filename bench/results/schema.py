@@ -81,7 +81,15 @@ COLUMNS: dict[str, Column] = {
     "params_bytes": Column("int", "parameter storage, measured from the tensors"),
     "grads_bytes": Column("int", "gradient storage after backward, measured from the tensors"),
     "optimizer_state_bytes": Column("int", "optimizer state storage, measured from the tensors"),
-    "activations_peak_bytes": Column("int", "peak_memory_bytes - params - grads - optimizer state"),
+    "activations_peak_bytes": Column("int", "peak_memory_bytes - params - grads - optimizer state: everything else "
+                                            "the peak holds (activations, temporaries; on CUDA also inputs and "
+                                            "library workspaces); see activations_saved_bytes and the tracked_* "
+                                            "columns for what it is made of"),
+    "activations_saved_bytes": Column("int", "activation tensors alive at the end of the traced step's last forward: "
+                                             "what one micro-batch's forward saved for backward (MemTracker)"),
+    "untracked_bytes": Column("int", "CUDA: peak_allocated_bytes - peak_tracked_bytes, what the allocator held "
+                                     "beyond the tensors the trace saw (the input batch, cuBLAS/cuDNN workspaces); "
+                                     "empty on CPU"),
     "tracked_params_bytes": Column("int", "MemTracker category at the traced peak"),
     "tracked_buffers_bytes": Column("int"), "tracked_grads_bytes": Column("int"),
     "tracked_optimizer_state_bytes": Column("int"), "tracked_activations_bytes": Column("int"),
@@ -92,9 +100,26 @@ COLUMNS: dict[str, Column] = {
                                   "since the trace began) changes only when the weights do"),
     "kept_graph_nodes": Column("json", "list per traced step: autograd nodes reachable from the kept running loss"),
     "host_rss_bytes": Column("json", "list per traced step: the process's resident memory after the step"),
+    "grad_norm": Column("float", "L2 norm of all gradients as the first traced step's optimizer update uses them "
+                                 "(after DDP's all-reduce): equal across splits of the same model, data and "
+                                 "weights when accumulation is exact"),
     "step_times_ms": Column("json", "list: every measured optimizer step, milliseconds (the slowest rank's under "
                                     "DDP)"),
     "step_time_median_ms": Column("float"), "step_time_p10_ms": Column("float"), "step_time_p90_ms": Column("float"),
+    "step_time_ci95_low_ms": Column("float", "95 % bootstrap interval of the median step time, low end (2,000 "
+                                             "resamples of the timed steps, fixed seed); empty under 5 steps"),
+    "step_time_ci95_high_ms": Column("float", "the same interval's high end"),
+    "step_time_ci95_rel": Column("float", "the interval's width over the median: the row's dispersion figure"),
+    "noisy": Column("bool", "step_time_ci95_rel above 0.10 (bench.measure.timing.NOISY_CI95_REL): such a cell is "
+                            "measured once more in a fresh process and the narrower measurement kept; empty "
+                            "under 5 steps"),
+    "remeasured": Column("bool", "the first measurement was noisy and the cell ran again; the columns hold the "
+                                 "narrower of the two, discarded_* the other"),
+    "discarded_step_times_ms": Column("json", "the other measurement's step times, when remeasured"),
+    "discarded_ci95_rel": Column("float", "the other measurement's dispersion, when remeasured"),
+    "load_avg_1m": Column("float", "the host's 1-minute load average when the cell started (os.getloadavg)"),
+    "cpu_steal_pct": Column("float", "CPU time stolen by the hypervisor while the cell ran, % of all CPU time "
+                                     "(/proc/stat); empty where unreadable"),
     "samples_per_s": Column("float", "effective_batch / median step time: one process's (under DDP, the slowest "
                                      "rank sets each step)"),
     "global_samples_per_s": Column("float", "global_batch / median step time: all processes together"),
@@ -153,6 +178,8 @@ def memory_columns(*, memory_source: str, traced: TracedStep, peak_allocated_byt
         "peak_tracked_bytes": tracked_peak,
         **static,
         "activations_peak_bytes": peak_bytes - sum(static.values()),
+        "activations_saved_bytes": traced.activations_saved_bytes,
+        "untracked_bytes": None if peak_allocated_bytes is None else peak_allocated_bytes - tracked_peak,
         **{f"tracked_{name}_bytes": traced.tracked_peak_bytes[name] for name in TRACKED_CATEGORIES},
         "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]]
                                     for p in traced.phases if p["step"] == 0]),
@@ -160,6 +187,7 @@ def memory_columns(*, memory_source: str, traced: TracedStep, peak_allocated_byt
                                     p["weights_version"]] for p in traced.phases]),
         "kept_graph_nodes": json.dumps(traced.kept_graph_nodes),
         "host_rss_bytes": json.dumps(traced.host_rss_bytes),
+        "grad_norm": traced.grad_norm,
     }
 
 
@@ -173,6 +201,10 @@ def throughput_columns(effective_batch: int, step_times_ms: list[float], flops: 
         "step_time_median_ms": stats.median_ms,
         "step_time_p10_ms": stats.p10_ms,
         "step_time_p90_ms": stats.p90_ms,
+        "step_time_ci95_low_ms": stats.ci95_low_ms,
+        "step_time_ci95_high_ms": stats.ci95_high_ms,
+        "step_time_ci95_rel": stats.ci95_rel,
+        "noisy": stats.noisy,
         "samples_per_s": rate,
         "model_flops_per_sample": flops.model if flops else None,
         "hardware_flops_per_sample": flops.hardware if flops else None,

@@ -69,7 +69,8 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
     runs = RunsFile(results_dir(grid, device, options.results_root) / "runs.csv")
     existing = {row["cell_id"]: row for row in runs.rows()}
     todo = cells_to_run(grid, existing, options)
-    peaks = {precision: device_peak(device, precision) for precision in sorted({c.precision for c in todo})}
+    peaks = {precision: device_peak(device, precision, options.results_root)
+             for precision in sorted({c.precision for c in todo})}
     stamp = provenance()
     tasks = [CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib,
                       runner_pid=os.getpid()) for cell in todo]
