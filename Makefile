@@ -38,10 +38,11 @@ bench-smoke: install
 bench-overhead: install
 	$(BIN)/python scripts/bench_overhead.py
 
-# Every results folder's charts and REPORT.md, regenerated from its rows (estimates are not measurements),
-# and the equivalence study's tables from its CSV.
+# Every results folder's charts and REPORT.md, regenerated from its rows (estimates get their chart only:
+# they are not measurements), and the equivalence study's tables from its CSV.
 MEASURED_RUNS = $(filter-out results/%/estimate/runs.csv,$(wildcard results/*/*/runs.csv))
-RESULT_FOLDERS = $(sort $(dir $(MEASURED_RUNS)) $(dir $(wildcard results/equivalence/*/equivalence.csv)))
+ESTIMATE_RUNS = $(filter-out results/claims_autotune/%,$(wildcard results/*/estimate/runs.csv))
+RESULT_FOLDERS = $(sort $(dir $(MEASURED_RUNS)) $(dir $(ESTIMATE_RUNS)) $(dir $(wildcard results/equivalence/*/equivalence.csv)))
 charts: install
 	$(if $(RESULT_FOLDERS),$(BIN)/bench report $(RESULT_FOLDERS),@echo "no results/*/*/runs.csv to report on yet")
 

@@ -10,16 +10,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser("report", help="regenerate charts and REPORT.md from results folders")
     report.set_defaults(handler=build_reports)
     report.add_argument("folders", nargs="+", type=Path, metavar="FOLDER",
-                        help="results/<experiment>/<device-tag> (holding runs.csv), or an equivalence study's folder")
+                        help="results/<experiment>/<device-tag> (holding runs.csv), an estimate folder "
+                             "(results/<experiment>/estimate: its chart) or an equivalence study's folder")
 
 
 def build_reports(args: argparse.Namespace) -> int:
     from bench.equivalence.study import CSV_NAME  # late: matplotlib only here
     from bench.equivalence.table import write_study_tables
+    from bench.memory.estimate_grid import ESTIMATE_FOLDER
     from bench.report import build_report
+    from bench.report.estimate_chart import write_estimate_chart
 
     for folder in args.folders:
-        # An equivalence study's folder holds its CSV instead of a runs file.
-        written = write_study_tables(folder) if (folder / CSV_NAME).is_file() else build_report(folder)
+        if (folder / CSV_NAME).is_file():  # an equivalence study's folder holds its CSV, not a runs file
+            written = write_study_tables(folder)
+        elif folder.name == ESTIMATE_FOLDER:  # estimates: their chart (no report: nothing was measured)
+            written = [write_estimate_chart(folder)]
+        else:
+            written = build_report(folder)
         print(f"{folder}: wrote {', '.join(path.name for path in written)}")
     return 0
