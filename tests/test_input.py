@@ -243,15 +243,19 @@ def test_synthetic_cells_keep_the_default_worker_count(write_grid):
 
 def test_a_loader_row_gets_its_configurations_synthetic_speed(tmp_path):
     runs = RunsFile(tmp_path / "runs.csv")
-    synthetic, loader, orphan = cell(), cell(input="loader", loader_workers=2), cell(input="loader", micro_batch=2,
-                                                                                     accum_steps=4)
+    synthetic, loader = cell(), cell(input="loader", loader_workers=2)
+    orphan = cell(input="loader", micro_batch=2, accum_steps=4)  # no synthetic row at 2x4
+    fewer_threads = cell(input="loader", loader_workers=1, micro_batch=8, accum_steps=1)
+    synthetic_8x1 = cell(micro_batch=8, accum_steps=1)
     assert synthetic_baseline_id(loader) == synthetic.cell_id
-    for c, rate in ((synthetic, "100.0"), (loader, "80.0"), (orphan, "50.0")):
-        runs.write({"cell_id": c.cell_id, "status": "ok", "samples_per_s": rate})
-    fill_synthetic_samples_per_s([synthetic, loader, orphan], runs)
+    for c, rate, threads in ((synthetic, "100.0", "2"), (loader, "80.0", "2"), (orphan, "50.0", "2"),
+                             (synthetic_8x1, "90.0", "2"), (fewer_threads, "70.0", "1")):
+        runs.write({"cell_id": c.cell_id, "status": "ok", "samples_per_s": rate, "cpu_threads": threads})
+    fill_synthetic_samples_per_s([synthetic, loader, orphan, synthetic_8x1, fewer_threads], runs)
     by_id = {row["cell_id"]: row for row in runs.rows()}
     assert by_id[loader.cell_id]["synthetic_samples_per_s"] == "100.0"
     assert by_id[orphan.cell_id]["synthetic_samples_per_s"] == ""
+    assert by_id[fewer_threads.cell_id]["synthetic_samples_per_s"] == ""  # not comparable: 1 thread against 2
     assert by_id[synthetic.cell_id]["synthetic_samples_per_s"] == ""
 
 
@@ -433,3 +437,140 @@ def test_a_killed_cell_leaves_no_loader_workers(tiny_set):
     for pid in survivors:  # this test's own leftovers
         os.kill(pid, signal.SIGKILL)
     assert not survivors
+
+
+# ---------------------------------------------------------------- feeding a GPU (bench plan, bench cost)
+
+
+def _loader_rows():
+    import pandas as pd
+
+    def row(input_: str, workers: int, ms: float | None, status: str = "ok", size: int = 32) -> dict:
+        return {"status": status, "input": input_, "loader_workers": workers, "loader_cpu_ms_per_sample": ms,
+                "host_cpu_model": "Test CPU", "image_size": size, "data_set": "imagenet_like-test"}
+
+    return pd.DataFrame([row("loader", 1, 2.0), row("loader", 2, 3.0), row("loader", 2, 2.5),
+                         row("loader", 2, 9.0, status="error"), row("synthetic", 0, None),
+                         row("loader_gpu_decode", 2, 0.4), row("loader", 4, 4.0, size=224)])
+
+
+def test_the_loader_cost_comes_from_ok_cpu_decoding_loader_rows_per_image_size():
+    from bench.cost.feeding import loader_cost_for, loader_costs
+
+    costs = loader_costs(_loader_rows())
+    small, large = sorted(costs, key=lambda c: c.image_size)
+    assert (small.cpu_ms_per_sample, small.rows, small.workers, small.image_size) == (2.5, 3, (1, 2), 32)
+    assert (large.cpu_ms_per_sample, large.rows) == (4.0, 1)
+    assert loader_cost_for(costs, 224) == (large, "")
+    cost, note = loader_cost_for([small], 224)
+    assert cost is small and "measured at 32 px, used for 224 px" in note and "errs low" in note
+    assert loader_cost_for([], 224) is None
+
+
+def _plan_for(vcpus: int | None, costs: list) -> str:
+    from bench.cost.catalog import Instance
+    from bench.cost.outputs import plan_text
+    from bench.cost.plan import PlanRequest, make_plan
+    from bench.cost.price import Assumptions, MeasuredRow
+
+    row = MeasuredRow(cell_id="r", experiment="e", profile="cuda", model="resnet50", image_size=224, micro_batch=128,
+                      accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
+                      device_name="NVIDIA H200", samples_per_s=3000.0, mfu_pct=None, model_flops_per_sample=None,
+                      peak_memory_bytes=2**34)
+    h200 = Instance(provider="test", instance="h200x8", gpu="H200", gpu_count=8, gpu_memory_gb=141,
+                    usd_per_hour=40.0, region="r", observed="2025-01", source="made up", vcpus=vcpus)
+    loader_row = replace(row, cell_id="l", input="loader", samples_per_s=2000.0)
+    plan = make_plan([row, loader_row], (h200,), PlanRequest(model="resnet50", effective_batch=1024), Assumptions())
+    return plan_text(plan, "made-up catalog", 5, costs, "results/input_pipeline/test")
+
+
+def test_plan_states_the_cores_to_feed_the_gpus_it_recommends():
+    from bench.cost.feeding import LoaderCost
+
+    cost = LoaderCost(2.5, 2.4, 2.6, 3, 224, "Test CPU", (2, 4, 8), "imagenet_like-test")
+    text = _plan_for(96, [cost])
+    # 3,000 samples/s x 2.5 ms = 7.5 cores per GPU, + 1 for the training process, x 8 GPUs = 68 vCPUs.
+    assert "1 loader-input rows" in text  # left out of the ranking: their CPU cost sizes the feeding
+    (feed,) = [line for line in text.splitlines() if line.startswith("feeding: ")]
+    assert "7.5 decoding cores per GPU" in feed and "68 vCPUs; it has 96" in feed and "Test CPU" in feed
+    assert "CANNOT FEED" not in text
+    starved = _plan_for(32, [cost])
+    assert "CANNOT FEED" in starved and "it has 32: it CANNOT FEED its GPUs" in starved
+
+
+def test_plan_says_so_when_no_loader_rows_exist():
+    text = _plan_for(96, [])
+    assert "no loader rows (input = loader) in results/input_pipeline/test" in text
+    assert "feeding: not estimated" in text
+
+
+def test_cost_lines_carry_the_feeding_columns_and_loader_rows_are_not_priced():
+    from bench.cost.catalog import Instance
+    from bench.cost.feeding import LoaderCost
+    from bench.cost.outputs import markdown, record
+    from bench.cost.price import Assumptions, MeasuredRow, Workload, price_rows
+
+    row = MeasuredRow(cell_id="r", experiment="e", profile="cuda", model="m", image_size=224, micro_batch=64,
+                      accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
+                      device_name="NVIDIA L4", samples_per_s=400.0, mfu_pct=None, model_flops_per_sample=None,
+                      peak_memory_bytes=2**33)
+    g6 = Instance(provider="aws", instance="g6.xlarge", gpu="L4", gpu_count=1, gpu_memory_gb=24, usd_per_hour=0.8,
+                  region="r", observed="2025-01", source="made up", vcpus=4)
+    table = price_rows([row, replace(row, cell_id="l", input="loader")], (g6,), Workload(), Assumptions())
+    assert [refusal.row.cell_id for refusal in table.refused] == ["l"]
+    cost = LoaderCost(10.0, 10.0, 10.0, 1, 224, "Test CPU", (4,), "set")  # 400 samples/s x 10 ms = 4 cores
+    (line,) = table.priced
+    values = record(line, 1.0, [cost])
+    assert (values["cores_to_feed_per_gpu"], values["vcpus_needed"], values["instance_vcpus"],
+            values["vcpus_feed_gpus"]) == (4.0, 5, 4, False)
+    assert "CANNOT FEED" in markdown(table, "t", "c", [cost])
+
+
+# ---------------------------------------------------------------- the report
+
+
+def test_a_report_with_loader_rows_draws_synthetic_and_loader_side_by_side(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_report import _row as report_row
+
+    from bench.report import build_report
+
+    folder = tmp_path / "input_pipeline" / "nvidia-h200"
+    runs = RunsFile(folder / "runs.csv")
+    for micro, accum in ((8, 1), (2, 4)):
+        synthetic = report_row(micro, accum) | {"cpu_threads": 2}
+        runs.write(synthetic)
+        for workers, wait_ms in ((2, 40.0), (8, 1.0)):
+            loader = synthetic | {
+                "cell_id": f"{synthetic['cell_id']}-loader-{workers}", "input": "loader", "loader_workers": workers,
+                "step_time_median_ms": synthetic["step_time_median_ms"] + wait_ms,
+                "samples_per_s": synthetic["samples_per_s"] * 0.9, "synthetic_samples_per_s": synthetic["samples_per_s"],
+                "input_wait_ms": json.dumps([wait_ms] * 3), "input_wait_median_ms": wait_ms,
+                "input_wait_p90_ms": wait_ms * 1.2, "input_wait_pct": 10.0, "input_bound": wait_ms > 10,
+                "loader_samples_per_s": 900.0, "loader_cpu_ms_per_sample": 2.5, "host_rss_main_bytes": 2**31,
+                "host_rss_workers_bytes": 2**30, "pinned_peak_bytes": 2**26, "host_cpu_model": "Test CPU",
+                "host_cpus": 16, "data_source": "generated", "data_set": "imagenet_like-test", "data_images": 1024,
+                "data_bytes": 117_000_000, "data_seed": 0}
+            runs.write(loader)
+        runs.write(synthetic | {"cell_id": f"{synthetic['cell_id']}-gpu", "input": "loader_gpu_decode",
+                                "loader_workers": 2, "status": "skipped", "error_type": "LoaderUnavailable"})
+    written = {path.name for path in build_report(folder)}
+    assert "input_pipeline.png" in written
+    report = (folder / "REPORT.md").read_text()
+    assert "## Input pipeline" in report and "imagenet_like-test (1,024 images" in report
+    assert "Test CPU (16 cores)" in report and "![input_pipeline](input_pipeline.png)" in report
+    table_lines = [line for line in report.splitlines() if line.startswith("| m ") and "| loader |" in line]
+    assert len(table_lines) == 4 and any("| 10.0 |" in line for line in table_lines)  # 10 % lost to input
+
+
+def test_the_gpu_decoding_path_gives_the_same_batches_run_on_the_cpu(tiny_set):
+    # Workers only read the files; the training process decodes the micro-batch (nvjpeg on a GPU;
+    # here the same calls on the CPU) and crops, flips and normalises it there.
+    config = LoaderConfig(image_size=32, micro_batch=4, decode="gpu", channels_last=True)
+    feeder = MicroBatchFeeder(make_loader(discover(tiny_set), config), CPU, channels_last=True, image_size=32,
+                              gpu_decode=True)
+    images, labels = feeder.micro_batch()
+    assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
+    assert images.is_contiguous(memory_format=torch.channels_last) and -3 < float(images.mean()) < 3

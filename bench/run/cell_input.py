@@ -289,12 +289,15 @@ def synthetic_baseline_id(cell: Cell) -> str:
 
 def fill_synthetic_samples_per_s(cells: Sequence[Cell], runs: RunsFile) -> None:
     """Every loader ok row of `cells` gets its configuration's synthetic samples/s, as the runs file
-    holds them now (whatever order the cells ended in); empty when that row is missing or failed."""
+    holds them now (whatever order the cells ended in); empty when that row is missing or failed, or
+    trained with another number of CPU threads (on a CPU a loader cell gives its workers threads)."""
     by_id = {row["cell_id"]: row for row in runs.rows()}
     for cell in cells:
         row, baseline = by_id.get(cell.cell_id), by_id.get(synthetic_baseline_id(cell))
         if cell.input == "synthetic" or row is None or row["status"] != "ok":
             continue
-        rate = baseline["samples_per_s"] if baseline is not None and baseline["status"] == "ok" else ""
+        comparable = (baseline is not None and baseline["status"] == "ok"
+                      and baseline["cpu_threads"] == row["cpu_threads"])
+        rate = baseline["samples_per_s"] if comparable else ""
         if row["synthetic_samples_per_s"] != rate:
             runs.write({**row, "synthetic_samples_per_s": rate})
