@@ -576,3 +576,12 @@ def test_the_gpu_decoding_path_gives_the_same_batches_run_on_the_cpu(tiny_set):
     images, labels = feeder.micro_batch()
     assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
     assert images.is_contiguous(memory_format=torch.channels_last) and -3 < float(images.mean()) < 3
+
+
+def test_bench_data_make_prints_the_set_against_imagenets_figures(tmp_path, capsys):
+    assert bench_main(["data", "make", "--images", "6", "--classes", "2", "--seed", "3",
+                       "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (root,) = tmp_path.glob("imagenet_like-v1-6img-2cls-seed3-*")
+    assert f"{root}: 6 images" in out and "469.0" in out and "387.0" in out and "Ehrlich" in out
+    assert bench_main(["data", "make", "--classes", "2000", "--cache-dir", str(tmp_path)]) == 2

@@ -36,7 +36,7 @@ def _variants(rows: pd.DataFrame) -> list[tuple[str, int]]:
 
 def _label(variant: tuple[str, int]) -> str:
     kind, workers = variant
-    return "synthetic" if kind == "synthetic" else f"{kind.replace('_', ' ')}, {workers} workers"
+    return "synthetic" if kind == "synthetic" else f"{kind.replace('_', ' ')}, {workers} worker{'s' * (workers != 1)}"
 
 
 def _colour(variant: tuple[str, int], variants: list[tuple[str, int]]) -> str:

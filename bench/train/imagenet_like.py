@@ -198,8 +198,8 @@ def generate(spec: GeneratedSetSpec, root: Path, processes: int = 1) -> dict:
         (root / synset).mkdir()
     chunks = [range(start, min(start + 64, spec.images)) for start in range(0, spec.images, 64)]
     began = time.perf_counter()
-    if processes > 1:
-        with ProcessPoolExecutor(processes) as pool:
+    if processes > 1 and len(chunks) > 1:
+        with ProcessPoolExecutor(min(processes, len(chunks))) as pool:
             parts = list(pool.map(_write_chunk, [spec] * len(chunks), [str(root)] * len(chunks), chunks))
     else:
         parts = [_write_chunk(spec, str(root), chunk) for chunk in chunks]
