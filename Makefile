@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-smoke bench-overhead charts equivalence cost estimate estimate-speed claims clean
+.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead charts equivalence cost estimate estimate-speed claims clean
 
 install: $(STAMP)
 
@@ -30,6 +30,16 @@ bench-vit: install
 # DDP through torchrun: 1, 2 and 8 GPUs (cells needing more GPUs than present are skipped rows).
 bench-ddp: install
 	$(BIN)/bench run experiments/ddp.toml
+
+# The input pipeline (docs/input_pipeline.md): synthetic input against a JPEG DataLoader, ResNet-50 and
+# ViT-B/16, then their reports. The ImageNet-like set is generated once into ~/.cache/bench
+# ($$BENCH_CACHE_DIR); DATA_DIR=/path/to/imagenet/train reads a real ImageFolder tree instead.
+# One intra-op thread for every cell: on a CPU the workers then get cores of their own and the
+# synthetic and loader cells train alike (with a GPU the step's CPU threads barely matter).
+INPUT_GRIDS := experiments/input_pipeline.toml experiments/input_pipeline_vit_b16.toml
+bench-input: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/bench run $(INPUT_GRIDS) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+	$(BIN)/bench report $$(ls -d results/input_pipeline/*/ results/input_pipeline_vit_b16/*/ | grep -v /estimate/)
 
 bench-smoke: install
 	$(BIN)/bench run experiments/smoke.toml

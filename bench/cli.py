@@ -1,4 +1,4 @@
-"""Command line: `bench list`, `run`, `report`, `cost`, `plan`, `estimate`, `probe`, `equivalence`,
+"""Command line: `bench list`, `run`, `data make`, `report`, `cost`, `plan`, `estimate`, `probe`, `equivalence`,
 `claims`.
 
 Parse, hand over to the command's module (bench/commands/), turn bad input into one line and exit 2.

@@ -30,3 +30,7 @@ class CatalogError(BadInput):
 
 class DeviceUnavailable(BadInput):
     """The device asked for is not on this machine."""
+
+
+class DataDirError(BadInput):
+    """A data dir (`--data-dir`) cannot be used: missing, empty, or not an ImageFolder tree."""

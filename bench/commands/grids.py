@@ -35,6 +35,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="job time limit in minutes (default: the cell's time limit + 10)")
     run.add_argument("--slurm-folder", type=Path,
                      help="submitit's job folder, shared with the nodes (default: RESULTS/slurm_jobs)")
+    run.add_argument("--data-dir", type=Path,
+                     help="ImageFolder tree (DIR/<class>/<image>.JPEG) the loader inputs read (default: the generated "
+                          "ImageNet-like set, made once into the cache folder: bench data make)")
 
     for sub in (listing, run):
         sub.add_argument("files", nargs="+", type=Path, metavar="FILE", help="grid file (TOML)")
@@ -66,9 +69,10 @@ def run_grids(args: argparse.Namespace) -> int:
                          time_min=args.slurm_time_min)
     device = target_device(args.device, args.executor, slurm)  # a compute node's under SLURM
     grids = load_for_device(args.files, device)  # every file validated before anything is written
+    data = data_for(grids, args.data_dir)  # so is the data dir
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
                          timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,
-                         executor=args.executor, slurm=slurm)
+                         executor=args.executor, slurm=slurm, data=data)
     for grid in grids:
         folder = results_dir(grid, device, args.results)
         console.print(f"[bold]{grid.name}[/]: {len(grid.cells)} cells, profile [bold]{grid.profile}[/] "
@@ -97,6 +101,23 @@ def _cpu_profile_scope(grid: Grid, folder: Path) -> None:
                       "memory without a device")
     else:
         console.print(predicted_table("the grid as written, predicted (memory estimator, no device)", predicted))
+
+
+def data_for(grids: list[Grid], data_dir: Path | None):
+    """The data set of the grids' loader cells (None when they have none and no --data-dir is given):
+    the --data-dir tree, checked, or the generated ImageNet-like set, made here on first use."""
+    if data_dir is None and not any(cell.input != "synthetic" for grid in grids for cell in grid.cells):
+        return None
+    from bench.commands.data import announce_generation  # late: torchvision only here
+    from bench.measure.input_pipeline import usable_cpus
+    from bench.train.data import open_data
+
+    if data_dir is None:
+        announce_generation()
+    data = open_data(data_dir, processes=usable_cpus())
+    print(f"data: {data.columns['data_set']} ({data.columns['data_source']}): {len(data):,} images, "
+          f"{data.columns['data_bytes'] / 1e6:,.1f} MB, {data.classes} classes")
+    return data
 
 
 def load_for_device(files: list[Path], device: DeviceInfo) -> list[Grid]:

@@ -40,6 +40,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         sub.add_argument("--include-superseded", action="store_true", help="also price superseded catalog rows")
         sub.add_argument("--allow-cpu-projection", action="store_true",
                          help="project CPU-profile rows to GPUs (labelled; never GPU measurements)")
+        sub.add_argument("--loader-rows", action="append", type=Path, default=[], metavar="RESULTS_DIR",
+                         help="results folder whose loader rows (input = loader) give the CPU cost per sample of "
+                              "feeding a GPU, e.g. results/input_pipeline/<device-tag> (repeatable; default: the "
+                              "loader rows among the folders priced)")
 
 
 def price_folders(args: argparse.Namespace) -> int:
@@ -56,10 +60,12 @@ def price_folders(args: argparse.Namespace) -> int:
             print(f"{folder}: no ok rows, skipped")
             continue
         table = price_rows(rows, instances, _workload(args), _assumptions(args))
+        loader, where = _loader_costs(args, [folder])
         print(f"{folder}: {len(rows)} ok rows x {len(instances)} instances")
-        print(summary(table, described))
+        print(summary(table, described, loader, where))
         if table.lines:
-            written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described)
+            written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described,
+                                    loader, where)
             print(f"  wrote {', '.join(str(path) for path in written)}")
     return 0
 
@@ -73,7 +79,7 @@ def plan_run(args: argparse.Namespace) -> int:
                           image_size=args.image_size, budget_usd=args.budget_usd,
                           deadline_hours=args.deadline_hours, spot=args.spot)
     plan = make_plan(rows, instances, request, _assumptions(args))
-    print(plan_text(plan, described, args.top))
+    print(plan_text(plan, described, args.top, *_loader_costs(args, args.folders)))
     return 0 if plan.options else 1
 
 
@@ -88,6 +94,18 @@ def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
     only = f", {', '.join(providers)} only" if providers else ""
     return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,
                                                             providers=providers)
+
+
+def _loader_costs(args: argparse.Namespace, folders: list[Path]) -> tuple[list, str]:
+    """The loader's CPU cost per sample (`bench.cost.feeding`) and where it was looked for."""
+    from bench.cost.feeding import load_loader_costs
+
+    sources = args.loader_rows or folders
+    for folder in args.loader_rows:
+        if not (folder / "runs.csv").is_file():
+            raise OptionError(f"--loader-rows {folder}: no runs.csv here; pass a results folder such as "
+                              "results/input_pipeline/<device-tag>")
+    return load_loader_costs(sources), ", ".join(str(folder) for folder in sources)
 
 
 def _workload(args: argparse.Namespace) -> Workload:

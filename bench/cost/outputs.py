@@ -1,6 +1,7 @@
 """Cost outputs next to the results: `<results folder>/cost/` gets cost.csv, cost.md and
 usd_per_run.png; the console gets a short summary. Reads runs files and writes these
-files only; every number comes from `bench.cost.price`.
+files only; every number comes from `bench.cost.price`, and the cores needed to feed the GPUs
+from `bench.cost.feeding` (when loader rows give the CPU cost per sample).
 """
 
 from __future__ import annotations
@@ -10,6 +11,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.cost.feeding import (
+    FORMULA,
+    TRAINING_PROCESS_CORES,
+    Feeding,
+    LoaderCost,
+    feeding,
+    loader_cost_for,
+    no_loader_rows,
+)
 from bench.cost.plan import Plan
 from bench.cost.price import Assumptions, CostLine, CostTable, MeasuredRow, Workload
 from bench.errors import ResultsFileError
@@ -43,7 +53,22 @@ COLUMNS: dict[str, str] = {
     "spot_usd_per_hour": "empty if unknown", "spot_usd_per_run": "empty if unknown",
     "price_observed": "when the price was seen", "price_valid_until": "empty: the current price",
     "price_source": "",
+    "loader_cpu_ms_per_sample": "the loader's CPU time per sample used for feeding (loader rows); empty without them",
+    "cores_to_feed_per_gpu": "samples_per_s_per_gpu x loader_cpu_ms_per_sample / 1000: cores decoding for one GPU",
+    "vcpus_needed": "gpu_count x (cores_to_feed_per_gpu + 1 for the training process), rounded up",
+    "instance_vcpus": "the catalog's vCPUs of the instance; empty if unknown",
+    "vcpus_feed_gpus": "true when instance_vcpus >= vcpus_needed; empty when either is unknown",
+    "feeding_basis": "how the loader's CPU cost was measured (rows, workers, image size, host CPU)",
 }
+
+
+def line_feeding(line: CostLine, costs: list[LoaderCost]) -> tuple[Feeding, LoaderCost, str] | None:
+    """The cores `line`'s instance needs to feed its GPUs at the line's speed; None without a speed or loader rows."""
+    found = loader_cost_for(costs, line.row.image_size)
+    if found is None or line.samples_per_s_per_gpu is None:
+        return None
+    cost, note = found
+    return feeding(line.samples_per_s_per_gpu, line.instance.gpu_count, line.instance.vcpus, cost), cost, note
 
 
 def load_ok_rows(folder: Path) -> list[MeasuredRow]:
@@ -59,10 +84,11 @@ def load_ok_rows(folder: Path) -> list[MeasuredRow]:
     return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status == "ok"])]
 
 
-def record(line: CostLine, samples_per_run: float) -> dict[str, object]:
+def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost] | None = None) -> dict[str, object]:
     """One cost.csv row."""
     row, instance, cost = line.row, line.instance, line.cost
     peak_bytes, _ = row.memory_peak()
+    fed = line_feeding(line, loader_costs or [])
     return {
         "experiment": row.experiment, "cell_id": row.cell_id, "model": row.model, "image_size": row.image_size,
         "strategy": row.strategy, "micro_batch": row.micro_batch, "accum_steps": row.accum_steps,
@@ -82,29 +108,51 @@ def record(line: CostLine, samples_per_run: float) -> dict[str, object]:
         "spot_usd_per_hour": instance.spot_usd_per_hour, "spot_usd_per_run": cost.spot_usd_per_run if cost else None,
         "price_observed": instance.observed, "price_valid_until": instance.valid_until,
         "price_source": instance.source,
+        "loader_cpu_ms_per_sample": fed[1].cpu_ms_per_sample if fed else None,
+        "cores_to_feed_per_gpu": fed[0].cores_per_gpu if fed else None,
+        "vcpus_needed": fed[0].vcpus_needed if fed else None, "instance_vcpus": instance.vcpus,
+        "vcpus_feed_gpus": fed[0].feeds if fed else None,
+        "feeding_basis": fed[1].describe() + fed[2] if fed else None,
     }
 
 
-def write_outputs(table: CostTable, folder: Path, title: str, catalog_name: str) -> list[Path]:
-    """cost.csv, cost.md and (when anything is priced) usd_per_run.png in `folder`; returns their paths."""
+def write_outputs(table: CostTable, folder: Path, title: str, catalog_name: str,
+                  loader_costs: list[LoaderCost] | None = None, loader_source: str = "these rows") -> list[Path]:
+    """cost.csv, cost.md and (when anything is priced) usd_per_run.png in `folder`; returns their paths.
+    `loader_costs`: the loader's CPU cost per sample (`bench.cost.feeding`), found in `loader_source`."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "cost.csv", folder / "cost.md"] + ([folder / "usd_per_run.png"] if table.priced else [])
     with paths[0].open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(COLUMNS), lineterminator="\n")
         writer.writeheader()
         for line in table.lines:
-            writer.writerow({k: "" if v is None else v for k, v in record(line, table.workload.samples_per_run).items()})
-    paths[1].write_text(markdown(table, title, catalog_name))
+            values = record(line, table.workload.samples_per_run, loader_costs)
+            writer.writerow({k: "" if v is None else _csv(v) for k, v in values.items()})
+    paths[1].write_text(markdown(table, title, catalog_name, loader_costs, loader_source))
     if table.priced:
         chart(table, paths[2], title)
     return paths
 
 
-def header_lines(table: CostTable, catalog_name: str) -> list[str]:
+def header_lines(table: CostTable, catalog_name: str, loader_costs: list[LoaderCost] | None = None,
+                 loader_source: str = "these rows") -> list[str]:
     """What every number below assumes, and how old the prices are."""
     sizes = sorted({line.row.image_size for line in table.lines} | {r.row.image_size for r in table.refused})
     cpu_projected = any(line.basis == "projected_from_cpu_profile" for line in table.priced)
-    return _context(table.workload, table.assumptions, sizes, catalog_name, table.oldest_price_observed, cpu_projected)
+    return _context(table.workload, table.assumptions, sizes, catalog_name, table.oldest_price_observed,
+                    cpu_projected) + feeding_lines(sorted({line.row.image_size for line in table.priced}),
+                                                   loader_costs or [], loader_source)
+
+
+def feeding_lines(sizes: list[int], costs: list[LoaderCost], where: str) -> list[str]:
+    """How the cores to feed a GPU are computed, and from which loader measurement, per image size."""
+    if not costs:
+        return [no_loader_rows(where)]
+    lines = [f"feeding: {FORMULA}"]
+    for size in sizes:
+        cost, note = loader_cost_for(costs, size)
+        lines.append(f"feeding at {size} px: {cost.describe()}{note}")
+    return lines
 
 
 def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], catalog_name: str,
@@ -134,8 +182,10 @@ def cheapest_per_strategy(table: CostTable) -> list[CostLine]:
     return sorted(best.values(), key=lambda line: line.cost.usd_per_run)
 
 
-def markdown(table: CostTable, title: str, catalog_name: str) -> str:
-    out = [f"# Dollars per run: {title}", ""] + [f"- {text}" for text in header_lines(table, catalog_name)]
+def markdown(table: CostTable, title: str, catalog_name: str, loader_costs: list[LoaderCost] | None = None,
+             loader_source: str = "these rows") -> str:
+    out = [f"# Dollars per run: {title}", ""] + [f"- {text}" for text in header_lines(table, catalog_name,
+                                                                                        loader_costs, loader_source)]
     cheapest = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "basis": ln.basis,
                  "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_run": f"{ln.cost.usd_per_run:,.2f}",
                  "spot_usd_per_run": _money(ln.cost.spot_usd_per_run)} for ln in cheapest_per_strategy(table)]
@@ -145,7 +195,7 @@ def markdown(table: CostTable, title: str, catalog_name: str) -> str:
                "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_hour": f"{ln.instance.usd_per_hour:g}",
                "usd_per_run": f"{ln.cost.usd_per_run:,.2f}", "spot_usd_per_run": _money(ln.cost.spot_usd_per_run),
                "required/gpu memory GiB": f"{ln.memory.required_bytes / GIB:.2f} / {ln.memory.capacity_bytes / GIB:g}",
-               "price observed": ln.instance.observed, "how": ln.note}
+               "price observed": ln.instance.observed, "feeding": _feeding_text(ln, loader_costs), "how": ln.note}
               for ln in sorted(table.priced, key=lambda ln: (ln.row.strategy, ln.cost.usd_per_run))]
     out += ["", "## Every priced line", "", _table(priced, _PRICED_COLUMNS)]
     unpriced = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "status": ln.status, "why": ln.note}
@@ -159,22 +209,34 @@ def markdown(table: CostTable, title: str, catalog_name: str) -> str:
 
 _CHEAPEST_COLUMNS = ("strategy", "instance", "basis", "hours_per_run", "usd_per_run", "spot_usd_per_run")
 _PRICED_COLUMNS = ("strategy", "instance", "basis", "samples_per_s_per_gpu", "hours_per_run", "usd_per_hour",
-                   "usd_per_run", "spot_usd_per_run", "required/gpu memory GiB", "price observed", "how")
+                   "usd_per_run", "spot_usd_per_run", "required/gpu memory GiB", "price observed", "feeding", "how")
+
+
+def _feeding_text(line: CostLine, costs: list[LoaderCost] | None) -> str:
+    fed = line_feeding(line, costs or [])
+    return fed[0].describe() if fed else "no loader rows"
+
+
+def _csv(value: object) -> object:
+    return ("true" if value else "false") if isinstance(value, bool) else value
 
 
 def _table(lines: list[dict], columns: tuple[str, ...]) -> str:
     return markdown_table(pd.DataFrame(lines, columns=list(columns)))
 
 
-def summary(table: CostTable, catalog_name: str) -> str:
+def summary(table: CostTable, catalog_name: str, loader_costs: list[LoaderCost] | None = None,
+            loader_source: str = "these rows") -> str:
     """Console text: the header lines and the cheapest instance per strategy."""
-    out = [f"  {text}" for text in header_lines(table, catalog_name)]
+    out = [f"  {text}" for text in header_lines(table, catalog_name, loader_costs, loader_source)]
     if table.priced:
         out.append("  cheapest per strategy (on-demand; every line in cost.csv):")
     for ln in cheapest_per_strategy(table):
         cost = ln.cost
+        fed = line_feeding(ln, loader_costs or [])
         out.append(f"    {ln.row.strategy:<32} {ln.instance.label:<44} {cost.hours_per_run:>9,.2f} h  "
-                   f"${cost.usd_per_run:>10,.2f}  [{ln.basis}] {ln.note}")
+                   f"${cost.usd_per_run:>10,.2f}  [{ln.basis}] {ln.note}"
+                   + (f"; feeding: {fed[0].describe()}" if fed else ""))
     statuses = [ln.status for ln in table.lines if ln.status != "priced"]
     if statuses:
         counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
@@ -184,8 +246,10 @@ def summary(table: CostTable, catalog_name: str) -> str:
     return "\n".join(out)
 
 
-def plan_text(plan: Plan, catalog_name: str, top: int) -> str:
-    """Console text: what the plan assumes, what it left out, the ranked options, and why the winner wins."""
+def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[LoaderCost] | None = None,
+              loader_source: str = "these rows") -> str:
+    """Console text: what the plan assumes, what it left out, the ranked options (with the cores that
+    feed each one's GPUs), and why the winner wins."""
     request = plan.request
     sizes = [] if plan.image_size is None else [plan.image_size]
     cpu_projected = any(option.line.basis == "projected_from_cpu_profile" for option in plan.options)
@@ -196,18 +260,38 @@ def plan_text(plan: Plan, catalog_name: str, top: int) -> str:
            + "".join(f", {limit}" for limit in limits if limit)]
     out += [f"  {text}" for text in _context(request.workload, plan.assumptions, sizes, catalog_name,
                                              plan.oldest_price_observed, cpu_projected)]
+    out += [f"  {text}" for text in feeding_lines(sizes, loader_costs or [], loader_source)]
     if plan.left_out:
         out.append("  left out: " + "; ".join(f"{count} {why}" for why, count in plan.left_out.items()))
+    feeds = {id(option): line_feeding(option.line, loader_costs or []) for option in plan.options}
     if plan.options:
         out.append(f"  {'rank':>4}  {'usd_per_run':>11}  {'hours_per_run':>13}  {'instance':<44} "
-                   f"{'configuration':<36} basis")
+                   f"{'configuration':<36} {'feeding':<50} basis")
     for rank, option in enumerate(plan.options[:top], start=1):
+        fed = feeds[id(option)]
         out.append(f"  {rank:>4}  {option.usd_per_run:>11,.2f}  {option.hours_per_run:>13,.2f}  "
-                   f"{option.line.instance.label:<44} {option.configuration:<36} {option.evidence}")
+                   f"{option.line.instance.label:<44} {option.configuration:<36} "
+                   f"{fed[0].describe() if fed else 'no loader rows':<50} {option.evidence}")
     if len(plan.options) > top:
         out.append(f"  ... {len(plan.options) - top} more (--top)")
     out.append(f"why: {plan.reason}")
+    if plan.options:
+        out.append(f"feeding: {_winner_feeding(plan.options[0], feeds[id(plan.options[0])])}")
     return "\n".join(out)
+
+
+def _winner_feeding(option, fed: tuple[Feeding, LoaderCost, str] | None) -> str:
+    """One line: the cores the recommended option needs to feed its GPUs, and whether it has them."""
+    if fed is None:
+        return "not estimated (no loader rows; see above)"
+    need, cost, note = fed
+    instance = option.line.instance
+    head = (f"{instance.label} at {option.line.samples_per_s_per_gpu:,.0f} samples/s per GPU needs "
+            f"{need.cores_per_gpu:.1f} decoding cores per GPU + {TRAINING_PROCESS_CORES:g} for its training process: "
+            f"{need.vcpus_needed} vCPUs")
+    has = ("; the catalog does not list its vCPUs" if need.vcpus is None else
+           f"; it has {need.vcpus}" + ("" if need.feeds else ": it CANNOT FEED its GPUs at this speed"))
+    return f"{head}{has} ({cost.describe()}{note})"
 
 
 def chart(table: CostTable, path: Path, title: str, max_strategies: int = 6) -> None:

@@ -145,6 +145,9 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
         if row.world_size > 1:
             left_out["data-parallel rows (their measured scaling efficiency is used instead)"] += 1
             continue
+        if row.input != "synthetic":
+            left_out["loader-input rows (their CPU cost per sample sizes the feeding instead)"] += 1
+            continue
         if row.on_cpu and not assumptions.allow_cpu_projection:
             left_out["CPU-profile rows, not projected to GPUs (--allow-cpu-projection)"] += 1
             continue

@@ -108,6 +108,8 @@ class MeasuredRow:
     ddp_sync: str = "no_sync"
     scaling_efficiency: float | None = None
     """Global samples/s over world_size x the 1-process row's, measured (world_size > 1)."""
+    input: str = "synthetic"
+    """Where the row's micro-batches came from; a loader row's speed includes this host's input pipeline."""
 
     @classmethod
     def from_runs_row(cls, row: Mapping[str, object]) -> MeasuredRow:
@@ -131,7 +133,8 @@ class MeasuredRow:
                    peak_memory_bytes=int(row["peak_memory_bytes"]),
                    peak_reserved_bytes=None if reserved is None else int(reserved),
                    memory_source=row["memory_source"], world_size=int(row["world_size"] or 1),
-                   ddp_sync=row["ddp_sync"] or "no_sync", scaling_efficiency=number("scaling_efficiency"))
+                   ddp_sync=row["ddp_sync"] or "no_sync", scaling_efficiency=number("scaling_efficiency"),
+                   input=row.get("input") or "synthetic")
 
     @property
     def effective_batch(self) -> int:
@@ -397,6 +400,10 @@ DATA_PARALLEL_REFUSAL = ("data-parallel row (world_size > 1): its measured scali
                          "1-process row of the same configuration on multi-GPU instances")
 
 
+LOADER_REFUSAL = ("loader-input row: its speed includes the measuring host's input pipeline; the synthetic row of "
+                  "the configuration is priced, and the loader's CPU cost per sample says how many cores feed it")
+
+
 def cpu_refusal(row: MeasuredRow) -> str:
     """Why a CPU-profile row is not projected to GPUs by default."""
     return (f"CPU-profile row (measured on a CPU, {row.device_name}, at {row.image_size} px, "
@@ -425,6 +432,9 @@ def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workloa
     for row in rows:
         if row.world_size > 1:
             refused.append(Refusal(row, DATA_PARALLEL_REFUSAL))
+            continue
+        if row.input != "synthetic":
+            refused.append(Refusal(row, LOADER_REFUSAL))
             continue
         if row.on_cpu and not assumptions.allow_cpu_projection:
             refused.append(Refusal(row, cpu_refusal(row)))

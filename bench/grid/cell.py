@@ -27,6 +27,7 @@ ZeroGrad = Literal["none", "zeros"]
 AuxLoss = Literal["off", "attached", "detached"]
 Allocator = Literal["default", "expandable_segments"]
 Compile = Literal["off", "on"]
+InputKind = Literal["synthetic", "loader", "loader_gpu_decode"]
 
 class _Required:
     def __repr__(self) -> str:
@@ -111,6 +112,13 @@ class Cell:
     compile: Compile = axis("off | on (torch.compile of the model)", default="off", extra=True, probe_option=False)
     trace_steps: int = axis("optimizer steps in the untimed memory trace", default=1, extra=True, minimum=1,
                             probe_option=False)
+    input: InputKind = axis("synthetic (one random micro-batch made on the device) | loader (JPEG files through a "
+                            "torchvision DataLoader, decoded and augmented on the CPU) | loader_gpu_decode (workers "
+                            "read the files, nvjpeg decodes them on the GPU)", default="synthetic", extra=True,
+                            probe_option=False)
+    loader_workers: int = axis("DataLoader worker processes of a loader input (0: the training process decodes); "
+                               "synthetic input has none and keeps the default", default=0, extra=True, minimum=0,
+                               probe_option=False)
 
     @property
     def effective_batch(self) -> int:

@@ -43,7 +43,15 @@ from pydantic import (
 )
 
 from bench.errors import GridFileError
-from bench.grid.cell import REQUIRED, Cell, Profile, axes, field_docs, field_types
+from bench.grid.cell import (
+    REQUIRED,
+    Cell,
+    Profile,
+    axes,
+    extra_axis_defaults,
+    field_docs,
+    field_types,
+)
 
 PAIR_FIELDS = ("micro_batch", "accum_steps")
 """The `Cell` fields that `[grid] pairs` sets together."""
@@ -214,11 +222,11 @@ def _expand(experiment: str, profile: Profile, grid_axes: BaseModel, run: RunSet
     values = [getattr(grid_axes, name) for name in names]
     seen: set[str] = set()
     for model, size, (micro, accum), *rest in itertools.product(*values[:2], grid_axes.pairs, *values[2:]):
-        cell = single_process_default(Cell(
+        cell = synthetic_input_default(single_process_default(Cell(
             experiment=experiment, profile=profile, micro_batch=micro, accum_steps=accum,
             **dict(zip(names, (model, size, *rest))), warmup_steps=run.warmup_steps,
             measured_steps=run.measured_steps, seed=run.seed,
-        ))
+        )))
         if cell.cell_id not in seen and not any(rule.matches(cell) for rule in grid_axes.exclude):
             seen.add(cell.cell_id)
             yield cell
@@ -228,6 +236,14 @@ def single_process_default(cell: Cell) -> Cell:
     """One process has nothing to synchronise: its `ddp_sync` is the default, so
     `world_size = [1, 2]` x `ddp_sync = [no_sync, every_step]` gives one 1-process cell, not two."""
     return replace(cell, ddp_sync="no_sync") if cell.world_size == 1 else cell
+
+
+def synthetic_input_default(cell: Cell) -> Cell:
+    """Synthetic input has no loader: its `loader_workers` is the default, so `input = [synthetic, loader]`
+    x `loader_workers = [2, 4]` gives one synthetic cell, not two."""
+    if cell.input != "synthetic":
+        return cell
+    return replace(cell, loader_workers=extra_axis_defaults()["loader_workers"])
 
 
 def with_world_size(grid: Grid, world_size: int) -> Grid:

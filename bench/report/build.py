@@ -10,6 +10,12 @@ import pandas as pd
 
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
 from bench.report.charts import CHARTS
+from bench.report.input_pipeline import (
+    INPUT_CHART,
+    has_loader_rows,
+    input_chart,
+    input_section,
+)
 from bench.report.rows import ReportContext, at_defaults, context_of, load_rows
 from bench.report.tables import (
     accumulation_cost,
@@ -42,6 +48,11 @@ def build_report(folder: Path) -> list[Path]:
         figure.savefig(folder / name, dpi=100, metadata=_PNG_METADATA, bbox_inches="tight")
         plt.close(figure)
         written.append(folder / name)
+    if has_loader_rows(rows):  # only folders with loader inputs get the input pipeline's chart
+        figure = input_chart(rows, context)
+        figure.savefig(folder / INPUT_CHART, dpi=100, metadata=_PNG_METADATA)
+        plt.close(figure)
+        written.append(folder / INPUT_CHART)
     cost = accumulation_cost(plain)
     written.append(_write(folder / "accumulation_cost.csv", cost.to_csv(index=False)))
     estimates = sibling_estimates(folder)
@@ -99,8 +110,12 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
                   f"Predicted peak (`bench estimate`, no device) over measured, per cell: "
                   f"{int(accuracy.within_10pct.sum())} of {len(accuracy)} within 10 %.", "",
                   markdown_table(accuracy[["cell_id", "peak_ratio", "reserved_ratio", "within_10pct"]].round(3)), ""]
+    charts = list(CHARTS)
+    if has_loader_rows(rows):
+        lines += input_section(rows)
+        charts.insert(0, INPUT_CHART)
     lines += ["## Charts", ""]
-    lines += [f"![{name.removesuffix('.png')}]({name})" for name in CHARTS]
+    lines += [f"![{name.removesuffix('.png')}]({name})" for name in charts]
     lines += ["", "## Every cell", "", markdown_table(cell_table(rows)), ""]
     return "\n".join(lines)
 

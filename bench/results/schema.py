@@ -19,6 +19,12 @@ from bench.grid.cell import Cell, extra_axis_defaults, field_docs, field_types
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line, is_out_of_memory
 from bench.measure.flops import FlopsPerSample
+from bench.measure.input_pipeline import (
+    LoaderAlone,
+    ProcessMemory,
+    input_wait,
+    is_input_bound,
+)
 from bench.measure.memory import TracedStep
 from bench.measure.peak import PeakFlops
 from bench.measure.timing import summarize_step_times
@@ -138,6 +144,34 @@ COLUMNS: dict[str, Column] = {
     "peak_flops_source": Column("str", "datasheet (GPU catalog) or measured (CPU matmul)"),
     "mfu_pct": Column("float", "model FLOPs x samples/s / peak"),
     "hfu_pct": Column("float", "hardware FLOPs x samples/s / peak"),
+    # The input pipeline: rows of input = loader | loader_gpu_decode (empty for synthetic input).
+    "input_wait_ms": Column("json", "list: every measured step's wait for its K micro-batches, milliseconds (host "
+                                    "time from asking the loader until each batch is on the device, summed)"),
+    "input_wait_median_ms": Column("float"), "input_wait_p90_ms": Column("float"),
+    "input_wait_pct": Column("float", "median input wait / median step time x 100"),
+    "input_bound": Column("bool", "the median step waits >= 5 % of its time for input, or the loader alone is "
+                                  "slower than the step without its wait"),
+    "loader_samples_per_s": Column("float", "the loader alone after training, same workers, batches fetched onto "
+                                            "the device, no model: median of the repeats"),
+    "loader_samples_per_s_min": Column("float"), "loader_samples_per_s_max": Column("float"),
+    "loader_cpu_ms_per_sample": Column("float", "CPU time (user + system) of the training process and its workers "
+                                                "per sample while the loader ran alone: the feeding cost per sample"),
+    "synthetic_samples_per_s": Column("float", "samples_per_s of the same configuration's synthetic-input ok row in "
+                                               "this runs file, filled when the grid ends; empty when there is none"),
+    "host_rss_main_bytes": Column("int", "resident memory of the training process after the timed steps"),
+    "host_rss_workers_bytes": Column("int", "resident memory of the loader workers, summed (shared pages counted in "
+                                            "each)"),
+    "host_pss_total_bytes": Column("int", "proportional memory of the training process and its workers together "
+                                          "(shared pages split: no double counting)"),
+    "pinned_peak_bytes": Column("int", "peak page-locked host memory of CUDA's host allocator (pinned batches); 0 "
+                                       "on CPU"),
+    "host_cpu_model": Column("str", "the CPU that decoded (/proc/cpuinfo model name)"),
+    "host_cpus": Column("int", "cores the cell could run on (its affinity)"),
+    "data_source": Column("str", "generated (the ImageNet-like set, bench data make) | dir (--data-dir)"),
+    "data_set": Column("str", "the generated set's name (spec and digest) or the --data-dir path"),
+    "data_images": Column("int", "images in the data set"),
+    "data_bytes": Column("int", "bytes of its image files"),
+    "data_seed": Column("int", "seed of the generated set; empty for a --data-dir"),
 }
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs() if name not in extra_axis_defaults()),
@@ -212,6 +246,32 @@ def throughput_columns(effective_batch: int, step_times_ms: list[float], flops: 
         "peak_flops_source": peak.source,
         "mfu_pct": utilization_pct(flops.model, rate, peak.flops_per_s) if flops else None,
         "hfu_pct": utilization_pct(flops.hardware, rate, peak.flops_per_s) if flops else None,
+    }
+
+
+def input_columns(*, step_wait_ms: list[float], step_times_ms: list[float], effective_batch: int,
+                  loader: LoaderAlone, main: ProcessMemory, workers: list[ProcessMemory], pinned_peak_bytes: int,
+                  host_cpu_model: str, host_cpus: int, data: dict) -> dict:
+    """What a loader cell records beside the step: its input wait, the loader alone, host memory, the data set."""
+    wait = input_wait(step_wait_ms, step_times_ms, effective_batch)
+    pss = [m.pss_bytes for m in (main, *workers)]
+    return {
+        "input_wait_ms": json.dumps([round(w, 4) for w in step_wait_ms]),
+        "input_wait_median_ms": wait.median_ms,
+        "input_wait_p90_ms": wait.p90_ms,
+        "input_wait_pct": wait.pct,
+        "input_bound": is_input_bound(wait, loader),
+        "loader_samples_per_s": loader.samples_per_s,
+        "loader_samples_per_s_min": loader.samples_per_s_min,
+        "loader_samples_per_s_max": loader.samples_per_s_max,
+        "loader_cpu_ms_per_sample": loader.cpu_ms_per_sample,
+        "host_rss_main_bytes": main.rss_bytes,
+        "host_rss_workers_bytes": sum(m.rss_bytes or 0 for m in workers),
+        "host_pss_total_bytes": None if None in pss else sum(pss),
+        "pinned_peak_bytes": pinned_peak_bytes,
+        "host_cpu_model": host_cpu_model,
+        "host_cpus": host_cpus,
+        **data,
     }
 
 

@@ -7,6 +7,7 @@ columns are built by `bench.results.schema`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import threading
@@ -37,7 +38,9 @@ from bench.results.schema import (
     memory_columns,
     throughput_columns,
 )
-from bench.train.models import build_model, synthetic_batch
+from bench.run.cell_input import LoaderUnavailable, open_input
+from bench.train.data import ImageData
+from bench.train.models import build_model
 from bench.train.optim import OptimizerUnavailable, build_optimizer
 from bench.train.step import NoSync, configure_precision, grad_scaler_for, train_step
 from bench.units import GIB
@@ -55,6 +58,8 @@ class CellTask:
     """Cap on the memory the cell may add: the device's on CUDA, address space on CPU."""
     runner_pid: int | None = None
     """The runner's process: the cell ends itself if the runner dies (killed grid, no orphans)."""
+    data: ImageData | None = None
+    """The data set of a loader input, discovered once by the runner (`bench.train.data.open_data`)."""
 
 
 class Distribution(Protocol):
@@ -86,7 +91,7 @@ def measured_outcome(task: CellTask, distribution: Distribution | None = None) -
     try:
         _apply_memory_limit(task)
         return {"status": "ok", **measure_cell(task, distribution)}
-    except (OptimizerUnavailable, AllocatorUnavailable) as exc:
+    except (OptimizerUnavailable, AllocatorUnavailable, LoaderUnavailable) as exc:
         return failure("skipped", type(exc).__name__, str(exc))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         return failure_from(exc)
@@ -94,6 +99,11 @@ def measured_outcome(task: CellTask, distribution: Distribution | None = None) -
 
 def measure_cell(task: CellTask, distribution: Distribution | None = None) -> dict:
     """Run one cell (one rank of it, under `distribution`) and return its measured columns."""
+    with contextlib.ExitStack() as cleanup:  # a loader's workers stop however the cell ends
+        return _measure_cell(task, distribution, cleanup)
+
+
+def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: contextlib.ExitStack) -> dict:
     cell, device = task.cell, torch.device(task.device.type)
     configure_allocator(cell.allocator, device)
     configure_precision(cell.precision)
@@ -106,17 +116,16 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
         model = torch.compile(model)
     optimizer = build_optimizer(cell.optimizer, model.parameters())
     scaler = grad_scaler_for(cell.precision, device.type)
-    batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
-                            device=device, seed=cell.seed)
-    # The same micro-batch K times: a loader holds one micro-batch at a time, and so do we.
-    micro_batches = [batch] * cell.accum_steps
+    # Synthetic: the same micro-batch K times (a loader holds one micro-batch at a time, and so do
+    # we); a loader: each micro-batch fetched as the step reaches it.
+    source = cleanup.enter_context(open_input(cell, device, task.data))
     no_sync = distribution.no_sync if distribution else None
     running_loss: torch.Tensor | float = 0.0  # what a loop keeps to log; seed 004's leak when live
 
     def run_step(on_phase=None):
         nonlocal running_loss
-        running_loss = running_loss + train_step(model, optimizer, micro_batches, cell.precision, scaler,
-                                                 on_phase, no_sync=no_sync, **cell.step_options)
+        running_loss = running_loss + train_step(model, optimizer, source.step(cell.accum_steps), cell.precision,
+                                                 scaler, on_phase, no_sync=no_sync, **cell.step_options)
         return running_loss
 
     _first_step(run_step, cell)
@@ -126,6 +135,7 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
     reset_allocator_peak(device)
     if distribution:
         distribution.start_measuring()
+    source.start_measuring()
     step_times_ms = time_steps(run_step, cell.measured_steps, device)
     peak_allocated, peak_reserved = allocator_peaks(device)
 
@@ -136,6 +146,7 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
                          param_count=sum(p.numel() for p in model.parameters())),
         **throughput_columns(cell.effective_batch, step_times_ms, task.flops, task.peak),
         **(distribution.columns(cell.measured_steps) if distribution else {}),
+        **source.columns(step_times_ms, cell.effective_batch),
     }
 
 

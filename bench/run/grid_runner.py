@@ -23,9 +23,11 @@ from bench.measure.peak import device_peak
 from bench.results.provenance import provenance
 from bench.results.schema import config_columns
 from bench.results.store import RunsFile
+from bench.run.cell_input import fill_synthetic_samples_per_s
 from bench.run.cell_measurement import CellTask
 from bench.run.ddp_launch import baseline_cell_id, scaling_efficiency
 from bench.run.executors import ExecutorName, SlurmOptions, make_executor
+from bench.train.data import ImageData, open_data
 
 FAILED_STATUSES = ("error", "timeout")
 
@@ -46,6 +48,9 @@ class RunOptions:
     """`local`: cells one after another here; `slurm`: each cell a SLURM job (submitit)."""
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     """The jobs' parameters when `executor` is `slurm`."""
+    data: ImageData | None = None
+    """The data set loader cells read (`bench run --data-dir`, resolved and checked before any cell
+    runs); None: the generated ImageNet-like set, made on first use."""
 
 
 def results_dir(grid: Grid, device: DeviceInfo, results_root: Path) -> Path:
@@ -72,8 +77,11 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
     peaks = {precision: device_peak(device, precision, options.results_root)
              for precision in sorted({c.precision for c in todo})}
     stamp = provenance()
+    data = options.data
+    if data is None and any(cell.input != "synthetic" for cell in todo):
+        data = open_data(None)
     tasks = [CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib,
-                      runner_pid=os.getpid()) for cell in todo]
+                      runner_pid=os.getpid(), data=None if cell.input == "synthetic" else data) for cell in todo]
     executor = make_executor(options.executor, options.slurm)
     finished = executor.run(tasks, options.timeout_s or grid.run.timeout_s, on_start)
     with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs
@@ -83,6 +91,7 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
             if on_row:
                 on_row(row, index, len(todo))
     fill_scaling_efficiency(grid.cells, runs)
+    fill_synthetic_samples_per_s(grid.cells, runs)
     by_id = {row["cell_id"]: row for row in runs.rows()}
     return [by_id[cell.cell_id] for cell in grid.cells if cell.cell_id in by_id]
 

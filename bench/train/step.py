@@ -67,13 +67,17 @@ def accumulate_gradients(model: torch.nn.Module, micro_batches: Sequence[Batch],
     `loss_tracking` is how the sum is kept: a detached tensor, a float (`item`, a host sync per
     micro-step) or the `live_tensor`, graphs and all. `aux_loss` adds seed 000's penalty on the
     logits, `attached` or on `detached` logits.
+
+    `micro_batches` is iterated once, in order, so a loader may fetch each micro-batch as the
+    loop reaches it (one held at a time, as a training loop holds them); only `len()` is asked
+    up front, and the `samples` normalization reads a `samples` attribute when there is one.
     """
     accum_steps = len(micro_batches)
-    step_samples = sum(len(labels) for _, labels in micro_batches)
-    # In the inputs' dtype: an fp64 comparison keeps an fp64 loss.
-    total = 0.0 if loss_tracking == "item" else torch.zeros(
-        (), device=micro_batches[0][0].device, dtype=micro_batches[0][0].dtype)
+    step_samples = _step_samples(micro_batches) if normalization == "samples" else 0
+    total: torch.Tensor | float | None = 0.0 if loss_tracking == "item" else None
     for index, (images, labels) in enumerate(micro_batches):
+        if total is None:  # in the inputs' dtype: an fp64 comparison keeps an fp64 loss
+            total = torch.zeros((), device=images.device, dtype=images.dtype)
         # Under DDP only the last micro-step needs the all-reduce: the gradients are summed
         # locally until then (nanoGPT: require_backward_grad_sync on the last micro-step).
         skip_sync = no_sync is not None and index < accum_steps - 1
@@ -95,6 +99,12 @@ def accumulate_gradients(model: torch.nn.Module, micro_batches: Sequence[Batch],
         if on_phase:
             on_phase("backward", index)
     return total
+
+
+def _step_samples(micro_batches: Sequence[Batch]) -> int:
+    """Samples in the whole step: a lazy step's `samples` attribute, else counted from the labels."""
+    known = getattr(micro_batches, "samples", None)
+    return known if known is not None else sum(len(labels) for _, labels in micro_batches)
 
 
 def _aux_penalty(logits: torch.Tensor, aux_loss: AuxLoss) -> torch.Tensor:
