@@ -38,7 +38,7 @@ class PeakFlops:
     source: str
 
 
-def device_peak(device: DeviceInfo, precision: str, results_root: Path = Path("results")) -> PeakFlops:
+def device_peak(device: DeviceInfo, precision: str, results_root: Path) -> PeakFlops:
     """The denominator of MFU/HFU for cells on `device` in `precision`: the datasheet's on a GPU, the
     stored measurement on a CPU (measured and stored first if there is none)."""
     if device.type == "cuda":
