@@ -270,6 +270,10 @@ def test_import_writes_a_merged_catalog_beside_the_file_that_supersedes_old_pric
     (current,) = [i for i in catalog.select() if i.instance == "p5.48xlarge"]
     assert "commit 001367d" in current.source and current.spot_usd_per_hour == 20.9934
     assert len(catalog.instances) == len(load_catalog().instances) + 12
+    gcp = _vms(tmp_path, "gcp")  # the built-in a3 prices are dated 2026-12, after this file's date
+    assert main(["catalog", "import", str(gcp), "--observed", "2026-11-30", "--today", "2026-12-01", "--dry-run"]) == 0
+    assert "not added: 3 price(s) older than the catalog's current one: a3-highgpu-1g us-east4, " \
+           "a3-highgpu-8g us-east4, a3-ultragpu-8g us-central1" in capsys.readouterr().out
     # the written file prices answers as `bench cost --catalog FILE` would
     table = price_rows([_row()], catalog.select(providers=("aws",)), Workload(), Assumptions())
     assert any(line.instance == current for line in table.priced)
@@ -285,7 +289,7 @@ def test_import_never_overwrites_a_file_it_was_not_asked_to_merge_into(tmp_path,
     assert "exists and is not the catalog merged into" in capsys.readouterr().err
     # merged into itself on purpose: the same prices again change nothing
     assert main(args + ["--catalog", str(written), "--out", str(written)]) == 0
-    assert "0 prices added" in capsys.readouterr().out and written.read_text() == before
+    assert "0 price(s) added (0 superseding" in capsys.readouterr().out and written.read_text() == before
     assert main(args + ["--dry-run", "--out", str(tmp_path / "dry.csv")]) == 0
     assert not (tmp_path / "dry.csv").exists()
 

@@ -77,11 +77,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="where to write the merged catalog (default: instances-<provider>-<observed>.csv beside "
                            "FILE); an existing file is only replaced when it is the catalog merged into")
     load.add_argument("--dry-run", action="store_true", help="print what the import finds; write nothing")
-    _add_today(load)
+    _add_today(load, default=argparse.SUPPRESS)  # so that `bench catalog --today D import ...` keeps D
 
 
-def _add_today(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--today", type=_day, metavar="YYYY-MM-DD",
+def _add_today(parser: argparse.ArgumentParser, default: object = None) -> None:
+    parser.add_argument("--today", type=_day, metavar="YYYY-MM-DD", default=default,
                         help="judge the age of prices as of this day (default: today)")
 
 
@@ -183,10 +183,12 @@ def import_prices(args: argparse.Namespace) -> int:
         print("  no GPU instance price to import; nothing written")
         return 1
     merged = merge(base.instances, imported.instances)
-    print(f"  merged into {base.path}: {len(merged.added)} prices added, of which {len(merged.superseded)} "
-          f"supersede an older price of the same instance and region (now valid_until {observed}); "
-          f"{len(merged.unchanged)} unchanged; {len(merged.kept_newer)} left out because the catalog's price "
-          f"is newer")
+    print(f"  merged into {base.path}: {len(merged.added)} price(s) added ({len(merged.superseded)} superseding "
+          f"the catalog's price of the same instance and region, which keeps its row with valid_until {observed}); "
+          f"{len(merged.unchanged)} unchanged (same price, same date)")
+    if merged.kept_newer:
+        names = ", ".join(f"{i.instance} {i.region}" for i in merged.kept_newer)
+        print(f"  not added: {len(merged.kept_newer)} price(s) older than the catalog's current one: {names}")
     _print("check", _changes(merged))
     _print("note", _beside(base.instances, merged))
     current = [i for i in merged.instances if i.current]
