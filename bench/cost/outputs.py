@@ -141,9 +141,10 @@ def header_lines(table: CostTable, catalog_name: str, loader_costs: list[LoaderC
     """What every number below assumes, and how old the prices are."""
     sizes = sorted({line.row.image_size for line in table.lines} | {r.row.image_size for r in table.refused})
     cpu_projected = any(line.basis == "projected_from_cpu_profile" for line in table.priced)
+    used = [line.instance for line in table.priced]
     return _context(table.workload, table.assumptions, sizes, catalog_name, table.oldest_price_observed,
-                    cpu_projected, [line.instance for line in table.priced]) + feeding_lines(sorted({line.row.image_size for line in table.priced}),
-                                                   loader_costs or [], loader_source)
+                    cpu_projected, used) + feeding_lines(sorted({line.row.image_size for line in table.priced}),
+                                                         loader_costs or [], loader_source)
 
 
 def feeding_lines(sizes: list[int], costs: list[LoaderCost], where: str) -> list[str]:
@@ -158,7 +159,7 @@ def feeding_lines(sizes: list[int], costs: list[LoaderCost], where: str) -> list
 
 
 def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], catalog_name: str,
-             oldest_price: str | None, cpu_projected: bool, used: list[Instance] = ()) -> list[str]:
+             oldest_price: str | None, cpu_projected: bool, used: list[Instance] | tuple = ()) -> list[str]:
     lines = [
         f"workload: {workload.describe()} = {workload.samples_per_run:,.0f} samples per run, "
         f"at the measured image size ({', '.join(f'{s} px' for s in sizes) or 'no rows'})",
