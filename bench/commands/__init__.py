@@ -1,5 +1,15 @@
 """One module per group of `bench` subcommands; each exposes `register(subcommands)`."""
 
-from bench.commands import claims, data, equivalence, grids, memory, money, peak, report
+from bench.commands import (
+    catalog,
+    claims,
+    data,
+    equivalence,
+    grids,
+    memory,
+    money,
+    peak,
+    report,
+)
 
-GROUPS = (grids, data, report, money, memory, equivalence, claims, peak)
+GROUPS = (grids, data, report, money, catalog, memory, equivalence, claims, peak)

@@ -10,8 +10,11 @@ Every problem is one `CatalogError` line naming the file, the row and the column
 
 from __future__ import annotations
 
+import calendar
 import csv
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date
 from importlib import resources
 from pathlib import Path
 
@@ -201,3 +204,132 @@ def _instance(row: dict[str, str | None], where: str) -> Instance:
         column = str(error["loc"][0]) if error["loc"] else "valid_until"
         message = error["msg"].removeprefix("Value error, ")
         raise CatalogError(f"{where}, column {column}: {values.get(column)!r}: {message}") from None
+
+
+# --- how old a price is ------------------------------------------------------------------------
+
+STALE_AFTER_MONTHS = 6
+"""A price observed longer ago than this is flagged in every answer that uses it."""
+
+
+def observed_date(observed: str) -> date:
+    """A catalog date as a `date`; a month alone (YYYY-MM) reads as its first day, the earliest it
+    could have been seen.
+
+    >>> observed_date("2024-09"), observed_date("2025-06-15")
+    (datetime.date(2024, 9, 1), datetime.date(2025, 6, 15))
+    """
+    year, month, *day = (int(part) for part in observed.split("-"))
+    return date(year, month, day[0] if day else 1)
+
+
+def months_before(today: date, months: int) -> date:
+    """The same day `months` earlier, clamped to the month's length.
+
+    >>> months_before(date(2026, 8, 31), 6)
+    datetime.date(2026, 2, 28)
+    """
+    index = today.year * 12 + today.month - 1 - months
+    year, month = divmod(index, 12)
+    return date(year, month + 1, min(today.day, calendar.monthrange(year, month + 1)[1]))
+
+
+def stale(instances: Iterable[Instance], today: date, months: int = STALE_AFTER_MONTHS) -> tuple[Instance, ...]:
+    """The distinct prices among `instances` observed before `today` minus `months` months, oldest first.
+
+    >>> old = Instance(provider="aws", instance="p3.2xlarge", gpu="V100-16GB", gpu_count=1, gpu_memory_gb=16,
+    ...                usd_per_hour=3.06, region="us-east-1", observed="2024-09", source="made up")
+    >>> [i.observed for i in stale([old, old], today=date(2025, 3, 2))], stale([old], today=date(2025, 3, 1))
+    (['2024-09'], ())
+    """
+    cutoff = months_before(today, months)
+    distinct = dict.fromkeys(instances)
+    return tuple(sorted((i for i in distinct if observed_date(i.observed) < cutoff),
+                        key=lambda i: observed_date(i.observed)))
+
+
+def stale_note(instances: Iterable[Instance], today: date, months: int = STALE_AFTER_MONTHS,
+               what: str = "prices used") -> str | None:
+    """One line flagging the prices older than `months` months, or None when there are none."""
+    distinct = tuple(dict.fromkeys(instances))
+    old = stale(distinct, today, months)
+    if not old:
+        return None
+    return (f"STALE PRICES: {len(old)} of {len(distinct)} {what} are older than {months} months (observed before "
+            f"{months_before(today, months)}, today {today}; oldest {old[0].observed}, {old[0].label} "
+            f"{old[0].region}); refresh them: bench catalog import (docs/catalog.md)")
+
+
+# --- writing and merging -----------------------------------------------------------------------
+
+def write_catalog(instances: Iterable[Instance], path: Path) -> None:
+    """Write `instances` as a catalog file (the COLUMNS header) that `load_catalog(path)` reads back."""
+    with Path(path).open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        for instance in instances:
+            writer.writerow({column: _cell(getattr(instance, column)) for column in COLUMNS})
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A catalog with new prices merged in: `instances` in file order, and what happened to each new price."""
+
+    instances: tuple[Instance, ...]
+    added: tuple[Instance, ...]
+    """New current prices (a key not priced before, or one whose old price they supersede)."""
+    superseded: tuple[Instance, ...]
+    """Old current prices now given `valid_until` = the new price's `observed`."""
+    unchanged: tuple[Instance, ...]
+    """New prices equal to the current one, observed the same day: not added twice."""
+    kept_newer: tuple[Instance, ...]
+    """New prices observed before the catalog's current one for the same key: left out."""
+
+
+def merge(existing: Iterable[Instance], new: Iterable[Instance]) -> Merge:
+    """`new` current prices merged into `existing`, keeping one current price per (provider, instance, region):
+    an existing current price for a key gets `valid_until` = the new price's `observed` and stays as history.
+
+    >>> def price(usd, observed):
+    ...     return Instance(provider="aws", instance="p5.48xlarge", gpu="H100-80GB", gpu_count=8, gpu_memory_gb=80,
+    ...                     usd_per_hour=usd, region="us-east-1", observed=observed, source="made up")
+    >>> merged = merge([price(98.32, "2024-09")], [price(55.04, "2025-08")])
+    >>> [(i.usd_per_hour, i.valid_until) for i in merged.instances]
+    [(98.32, '2025-08'), (55.04, None)]
+    """
+    rows = list(existing)
+    current = {_key(i): index for index, i in enumerate(rows) if i.current}
+    added, superseded, unchanged, kept_newer = [], [], [], []
+    for instance in new:
+        index = current.get(_key(instance))
+        old = rows[index] if index is not None else None
+        if old is not None and observed_date(old.observed) > observed_date(instance.observed):
+            kept_newer.append(instance)
+            continue
+        if old is not None and old.observed == instance.observed and _same_offer(old, instance):
+            unchanged.append(instance)
+            continue
+        if old is not None:
+            rows[index] = old.model_copy(update={"valid_until": instance.observed})
+            superseded.append(old)
+        current[_key(instance)] = len(rows)
+        rows.append(instance)
+        added.append(instance)
+    return Merge(tuple(rows), tuple(added), tuple(superseded), tuple(unchanged), tuple(kept_newer))
+
+
+def _key(instance: Instance) -> tuple[str, str, str]:
+    return instance.provider, instance.instance, instance.region
+
+
+def _same_offer(a: Instance, b: Instance) -> bool:
+    fields = ("gpu", "gpu_count", "usd_per_hour", "spot_usd_per_hour", "vcpus")
+    return all(getattr(a, name) == getattr(b, name) for name in fields)

@@ -7,10 +7,12 @@ from `bench.cost.feeding` (when loader rows give the CPU cost per sample).
 from __future__ import annotations
 
 import csv
+from datetime import date
 from pathlib import Path
 
 import pandas as pd
 
+from bench.cost.catalog import Instance, stale_note
 from bench.cost.feeding import (
     FORMULA,
     TRAINING_PROCESS_CORES,
@@ -139,9 +141,10 @@ def header_lines(table: CostTable, catalog_name: str, loader_costs: list[LoaderC
     """What every number below assumes, and how old the prices are."""
     sizes = sorted({line.row.image_size for line in table.lines} | {r.row.image_size for r in table.refused})
     cpu_projected = any(line.basis == "projected_from_cpu_profile" for line in table.priced)
+    used = [line.instance for line in table.priced]
     return _context(table.workload, table.assumptions, sizes, catalog_name, table.oldest_price_observed,
-                    cpu_projected) + feeding_lines(sorted({line.row.image_size for line in table.priced}),
-                                                   loader_costs or [], loader_source)
+                    cpu_projected, used) + feeding_lines(sorted({line.row.image_size for line in table.priced}),
+                                                         loader_costs or [], loader_source)
 
 
 def feeding_lines(sizes: list[int], costs: list[LoaderCost], where: str) -> list[str]:
@@ -156,7 +159,7 @@ def feeding_lines(sizes: list[int], costs: list[LoaderCost], where: str) -> list
 
 
 def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], catalog_name: str,
-             oldest_price: str | None, cpu_projected: bool) -> list[str]:
+             oldest_price: str | None, cpu_projected: bool, used: list[Instance] | tuple = ()) -> list[str]:
     lines = [
         f"workload: {workload.describe()} = {workload.samples_per_run:,.0f} samples per run, "
         f"at the measured image size ({', '.join(f'{s} px' for s in sizes) or 'no rows'})",
@@ -165,6 +168,7 @@ def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], cat
         f"memory fit = peak + {assumptions.headroom:.0%} headroom against the GPU's nominal memory "
         f"(GiB = 2**30 bytes)",
         f"prices: {catalog_name}; oldest price used: {oldest_price or 'none (nothing priced)'}",
+        *filter(None, [stale_note(used, date.today())]),
     ]
     if cpu_projected:
         lines.append("WARNING: rows measured on a CPU at the CPU profile's reduced size are projected to GPUs "
@@ -259,7 +263,8 @@ def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[Loader
     out = [f"plan: {request.model} at effective batch {request.effective_batch}, ranked by {basis} USD per run"
            + "".join(f", {limit}" for limit in limits if limit)]
     out += [f"  {text}" for text in _context(request.workload, plan.assumptions, sizes, catalog_name,
-                                             plan.oldest_price_observed, cpu_projected)]
+                                             plan.oldest_price_observed, cpu_projected,
+                                             [option.line.instance for option in plan.options])]
     out += [f"  {text}" for text in feeding_lines(sizes, loader_costs or [], loader_source)]
     if plan.left_out:
         out.append("  left out: " + "; ".join(f"{count} {why}" for why, count in plan.left_out.items()))
