@@ -211,19 +211,12 @@ def selective_checkpointing_speed(rows: Rows) -> list[Check]:
 def amp_saving(rows: Rows) -> list[Check]:
     checks = []
     for _, fp32 in rows.all(precision="fp32").sort_values("micro_batch", ascending=False).iterrows():
-        amp_name, amp = _autocast_row(rows, micro_batch=int(fp32.micro_batch))
+        amp_name, amp = rows.autocast(micro_batch=int(fp32.micro_batch))
         saving = _drop(fp32.peak_memory_bytes, amp.peak_memory_bytes)
         checks.append(Check("net saving 30-40 % (25 to 45 %), not 50 %", f"{pair(fp32)}: {amp_name} saves {pct(saving)}",
                             0.25 <= saving <= 0.45, at=pair(fp32)))
     return checks
 
-
-def _autocast_row(rows: Rows, **where: object) -> tuple[str, pd.Series]:
-    """The fp16 row (the article's autocast + GradScaler), else the bf16 one."""
-    try:
-        return "fp16", rows.one(precision="fp16", **where)
-    except Missing:
-        return "bf16", rows.one(precision="bf16", **where)
 
 
 @claims.add(

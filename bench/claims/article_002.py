@@ -327,7 +327,7 @@ def checkpointing_larger_batches(rows: Rows) -> list[Check]:
 )
 def mixed_precision_halves(rows: Rows) -> list[Check]:
     fp32 = rows.all(precision="fp32").iloc[0]
-    amp_name, amp = _autocast_row(rows, micro_batch=int(fp32.micro_batch))
+    amp_name, amp = rows.autocast(micro_batch=int(fp32.micro_batch))
     checks = []
     for column, name in (("params_bytes", "model"), ("grads_bytes", "gradients")):
         ratio = amp[column] / fp32[column]
@@ -335,13 +335,6 @@ def mixed_precision_halves(rows: Rows) -> list[Check]:
                                   label=f"{name} {amp_name}/fp32 ="))
     return checks
 
-
-def _autocast_row(rows: Rows, **where: object) -> tuple[str, pd.Series]:
-    """The fp16 row (the article's autocast + GradScaler), else the bf16 one."""
-    try:
-        return "fp16", rows.one(precision="fp16", **where)
-    except Missing:
-        return "bf16", rows.one(precision="bf16", **where)
 
 
 @claims.add(

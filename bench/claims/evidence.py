@@ -71,6 +71,13 @@ class Rows:
         """The single usable row matching `where` (the first by cell id if several)."""
         return self.all(**where).iloc[0]
 
+    def autocast(self, **where: object) -> tuple[str, pd.Series]:
+        """The fp16 row matching `where` (the articles' autocast + GradScaler), else the bf16 one."""
+        try:
+            return "fp16", self.one(precision="fp16", **where)
+        except Missing:
+            return "bf16", self.one(precision="bf16", **where)
+
     def _matching(self, where: dict) -> pd.DataFrame:
         frame = self.frame
         for column, value in where.items():
