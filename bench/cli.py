@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 from bench.commands import GROUPS
+from bench.commands.common import version
 from bench.errors import BadInput, OptionError
 
 EXIT_BAD_INPUT = 2
@@ -56,17 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `bench list ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-
-def version() -> str:
-    """`bench 0.1.0`: the installed package's version."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return f"bench {installed('bench')}"
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "bench (not installed)"
 
 
 def log_file() -> Path:

@@ -59,7 +59,7 @@ def jsonable(value: Any) -> Any:
 def document(command: str, body: dict[str, Any]) -> dict[str, Any]:
     """The envelope every command's document shares: `command`, `schema_version`, `bench_version`, then
     the command's own keys."""
-    from bench.cli import version
+    from bench.commands.common import version
 
     return {"command": command, "schema_version": SCHEMA_VERSION, "bench_version": version().split(" ", 1)[1],
             **jsonable(body)}
@@ -78,27 +78,14 @@ def answer_only(enabled: bool) -> Iterator[None]:
         return
     sys.stdout.flush()
     saved = os.dup(1)
-    os.dup2(2, 1)
+    os.dup2(2, 1)  # a child process's or a C library's writes
     try:
-        yield
+        with contextlib.redirect_stdout(sys.stderr):  # Python's, wherever sys.stdout pointed
+            yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-
-
-def run(args: argparse.Namespace, work, render_text, command: str) -> int:
-    """`work()` -> (exit code, answer); the answer printed as text (`render_text(answer)`) or as the document."""
-    json_mode = getattr(args, "format", "text") == "json"
-    with answer_only(json_mode):
-        code, answer = work()
-    if json_mode:
-        emit(command, answer)
-    else:
-        text = render_text(answer)
-        if text:
-            print(text)
-    return code
 
 
 # --- the documents' parts, one builder each (docs/json.md) -------------------------------------
