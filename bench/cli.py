@@ -19,6 +19,8 @@ from bench.errors import BadInput, OptionError
 EXIT_BAD_INPUT = 2
 LOG_ENV = "BENCH_LOG"
 """Where warnings and library log lines go (default: <cache>/bench.log, the cache of `bench data make`)."""
+CHILD_ENV = "BENCH_LOG_CHILDREN"
+"""Set by the command for the processes it starts: the fork server imports this module and logs alike."""
 
 DESCRIPTION = """\
 Gradient accumulation against a large batch, measured: peak memory, throughput, MFU and the cost of
@@ -85,6 +87,7 @@ def _log_warnings() -> None:
         root.addHandler(handler)
     logging.captureWarnings(True)
     warnings.simplefilter("default")  # each distinct warning once, into the log
+    os.environ[CHILD_ENV] = str(path)  # cells forked from the server (it preloads this module) log there too
 
 
 class _Parser(argparse.ArgumentParser):
@@ -131,3 +134,8 @@ def _describe(sub: argparse.ArgumentParser, help_line: str | None) -> None:
     if sub.epilog is None and command in SUBCOMMAND_EXAMPLES:
         sub.epilog = f"example: {SUBCOMMAND_EXAMPLES[command]}"
     sub.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+if os.environ.get(CHILD_ENV) and __name__ != "__main__":  # imported by the fork server of a `bench` command
+    os.environ.setdefault(LOG_ENV, os.environ[CHILD_ENV])
+    _log_warnings()
