@@ -11,7 +11,7 @@ install: $(STAMP)
 # Re-installs only when the package metadata changes; the venv itself is kept.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,slurm]'  # slurm: the SLURM executor's tests need submitit
 	touch $(STAMP)
 
 # Every test, doctests included; test-fast leaves out those marked slow (they start processes).

@@ -1,4 +1,139 @@
 """bench: gradient accumulation vs large batch, measured.
 
 Data flows one way: spec -> cells -> runner -> rows -> (report | cost).
+
+The Python API (docs/api.md has runnable examples, executed by the tests): `load_grid`, `estimate`,
+`measure_cell`, `run_grid`, `probe`, `price`, `plan` (not `measure` or `cost`: those names are
+subpackages). Each imports what it needs when called, so
+`import bench` itself is cheap (no torch).
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Literal
+
+if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
+    from bench.cost.plan import Plan
+    from bench.cost.price import CostTable
+    from bench.grid.cell import Cell
+    from bench.grid.spec import Grid
+    from bench.memory.estimate import Estimate
+    from bench.memory.probe import OnTrial, ProbeResult
+
+__all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan"]
+
+
+def load_grid(path: str | Path, profile: Literal["cuda", "cpu"] = "cuda") -> Grid:
+    """A grid file (`experiments/*.toml`) validated and expanded into cells, under `profile`
+    (`cuda`: the grid as written; `cpu`: its CPU profile's overrides). Bad input raises
+    `bench.errors.GridFileError` with a one-line message."""
+    from bench.grid.spec import load_grid as load
+
+    return load(path, profile)
+
+
+def estimate(cell: Cell, target: Literal["cuda", "cpu"] = "cuda") -> Estimate:
+    """The cell's peak memory predicted without running it (fake tensors): for a GPU (`cuda`:
+    `peak_allocated_bytes`, `peak_reserved_bytes`) or for this CPU's runner (`cpu`: `peak_bytes`)."""
+    from bench.memory.estimate import estimate_cell
+
+    return estimate_cell(cell, target)
+
+
+def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto", timeout_s: float = 600.0,
+            memory_limit_gib: float | None = None, results_root: str | Path | None = None) -> dict[str, Any]:
+    """Run one cell in its own process, as `bench run` does, and return its measured columns
+    (`status`, `peak_memory_bytes`, `samples_per_s`, `step_times_ms`, ...; docs/results.md).
+
+    MFU needs a peak: the GPU's datasheet figure, or on a CPU the matmul peak stored under
+    `results_root` (measured there first if absent). Without `results_root` on a CPU, MFU is left
+    empty. Nothing is written to a runs file: `run_grid` does that."""
+    from bench.measure.device import detect_device
+    from bench.measure.flops import flops_per_sample
+    from bench.measure.peak import PeakFlops, device_peak
+    from bench.run.cell_measurement import CellTask
+    from bench.run.cell_process import run_cell
+
+    info = detect_device(device)
+    if info.type == "cpu" and results_root is None:
+        peak = PeakFlops(None, "no results_root given: CPU peak not looked up, no MFU")
+    else:
+        peak = device_peak(info, cell.precision, Path(results_root or "results"))
+    flops = flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
+    return run_cell(CellTask(cell, info, peak, flops, memory_limit_gib), timeout_s)
+
+
+def run_grid(path: str | Path, *, device: Literal["auto", "cuda", "cpu"] = "auto",
+             results_root: str | Path = "results", force: bool = False) -> list[dict]:
+    """Every cell of a grid file not yet measured, as `bench run FILE` does: rows appended to
+    `<results_root>/<experiment>/<device-tag>/runs.csv` as each cell ends; returns this run's rows."""
+    from bench.commands.grids import load_for_device
+    from bench.measure.device import detect_device
+    from bench.run.grid_runner import RunOptions
+    from bench.run.grid_runner import run_grid as run
+
+    info = detect_device(device)
+    (grid,) = load_for_device([Path(path)], info)
+    return run(grid, info, RunOptions(results_root=Path(results_root), force=force))
+
+
+def probe(model: str, *, gpu: str | None = None, memory_gib: float | None = None,
+          memory_limit_gib: float | None = None, device: Literal["auto", "cuda", "cpu"] = "auto",
+          accum_steps: int = 1, timeout_s: float = 600.0, on_trial: OnTrial | None = None,
+          **axes: Any) -> ProbeResult:
+    """The largest micro-batch of `model` that fits, as `bench probe` finds it.
+
+    With `gpu` (a GPU catalog key such as "A100-40GB") or `memory_gib`, from the estimator alone (peak
+    reserved + 10 % headroom); otherwise predicted, then found by real trials on `device` (on a CPU
+    `memory_limit_gib` is required). `axes` are the grid's (`image_size`, `precision`, `checkpointing`,
+    `optimizer`, `channels_last`, ...); `on_trial` is called with each `Trial` as it ends."""
+    from bench.memory.probe import ProbeConfig, probe_budget, probe_from_estimate, probe_on_device
+
+    config = ProbeConfig.of(model, accum_steps, **axes)
+    budget = probe_budget(gpu=gpu, memory_gib=memory_gib, memory_limit_gib=memory_limit_gib, device=device)
+    if budget.device is None:
+        return probe_from_estimate(config, budget, on_trial=on_trial)
+    return probe_on_device(config, budget, memory_limit_gib, timeout_s, on_trial=on_trial)
+
+
+def price(folder: str | Path, *, allow_cpu_projection: bool = False, providers: Iterable[str] = (),
+         catalog: str | Path | None = None, dataset_size: int | None = None, epochs: float | None = None,
+         scaling_efficiency: float = 0.9, headroom: float = 0.10) -> CostTable:
+    """Every ok row of `folder/runs.csv` priced on every current catalog instance, as `bench cost` does
+    (nothing is written: `bench cost` writes cost.csv, cost.md and the chart)."""
+    from bench.cost.catalog import load_catalog
+    from bench.cost.outputs import load_ok_rows
+    from bench.cost.price import Assumptions, price_rows
+
+    instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
+    return price_rows(load_ok_rows(Path(folder)), instances, _workload(dataset_size, epochs),
+                      Assumptions(scaling_efficiency=scaling_efficiency, headroom=headroom,
+                                  allow_cpu_projection=allow_cpu_projection))
+
+
+def plan(folders: Iterable[str | Path], *, model: str, effective_batch: int, allow_cpu_projection: bool = False,
+         providers: Iterable[str] = (), spot: bool = False, budget_usd: float | None = None,
+         deadline_hours: float | None = None, image_size: int | None = None, catalog: str | Path | None = None,
+         dataset_size: int | None = None, epochs: float | None = None, scaling_efficiency: float = 0.9,
+         headroom: float = 0.10) -> Plan:
+    """(instance, micro-batch x accumulation, precision, checkpointing, optimizer) options ranked by dollars
+    per run for `model` at `effective_batch`, from the rows of `folders`, as `bench plan` does."""
+    from bench.cost.catalog import load_catalog
+    from bench.cost.outputs import load_ok_rows
+    from bench.cost.plan import PlanRequest, make_plan
+    from bench.cost.price import Assumptions
+
+    rows = [row for folder in folders for row in load_ok_rows(Path(folder))]
+    instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
+    request = PlanRequest(model=model, effective_batch=effective_batch, workload=_workload(dataset_size, epochs),
+                          image_size=image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot)
+    return make_plan(rows, instances, request, Assumptions(scaling_efficiency=scaling_efficiency, headroom=headroom,
+                                                           allow_cpu_projection=allow_cpu_projection))
+
+
+def _workload(dataset_size: int | None, epochs: float | None):
+    from bench.cost.price import Workload
+
+    chosen = {name: value for name, value in (("dataset_size", dataset_size), ("epochs", epochs)) if value is not None}
+    return Workload(**chosen)

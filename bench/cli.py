@@ -1,23 +1,52 @@
-"""Command line: `bench list`, `run`, `data make`, `report`, `cost`, `plan`, `estimate`, `probe`, `equivalence`,
-`claims`.
-
-Parse, hand over to the command's module (bench/commands/), turn bad input into one line and exit 2.
+"""The `bench` command: parse, hand over to the command's module (bench/commands/), turn bad input into
+one line and exit 2. Third-party warnings go to a log file, never into an answer.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
+import warnings
+from pathlib import Path
 
 from bench.commands import GROUPS
+from bench.commands.common import version
 from bench.errors import BadInput, OptionError
 
 EXIT_BAD_INPUT = 2
+LOG_ENV = "BENCH_LOG"
+"""Where warnings and library log lines go (default: <cache>/bench.log, the cache of `bench data make`)."""
+CHILD_ENV = "BENCH_LOG_CHILDREN"
+"""Set by the command for the processes it starts: the fork server imports this module and logs alike."""
+
+DESCRIPTION = """\
+Gradient accumulation against a large batch, measured: peak memory, throughput, MFU and the cost of
+a training run for every micro-batch x accumulation pair of a grid file (experiments/*.toml), and
+the memory of any timm model predicted without a GPU.
+"""
+
+EXAMPLES = """\
+examples:
+  bench probe resnet50 --gpu A100-40GB        largest micro-batch that fits a 40 GiB A100 (no GPU needed)
+  bench list experiments/resnet50.toml --profile cuda
+                                              the cells a GPU would run, on any machine
+  bench estimate experiments/resnet50.toml    predicted peak memory of every cell, no GPU needed
+  bench run experiments/smoke.toml            measure a tiny grid (seconds) -> results/smoke/<device>/
+  bench report results/smoke/*/               charts and REPORT.md from the rows
+  bench plan results/resnet50/* --model resnet50 --effective-batch 128 --allow-cpu-projection
+                                              cheapest instance x configuration per training run
+  bench probe resnet50 --gpu H100-80GB --format json | python -m json.tool
+
+Every command takes --help; the README and docs/ in the repository explain the rest.
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the `bench` command itself; a caller passing argv (the tests) keeps its own warning setup
+        _log_warnings()
     try:
         args = _parser().parse_args(argv)
         return args.handler(args)
@@ -32,6 +61,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def log_file() -> Path:
+    """$BENCH_LOG, else bench.log in $BENCH_CACHE_DIR, $XDG_CACHE_HOME/bench or ~/.cache/bench."""
+    if os.environ.get(LOG_ENV):
+        return Path(os.environ[LOG_ENV])
+    cache = os.environ.get("BENCH_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bench"
+    return Path(cache) / "bench.log"
+
+
+def _log_warnings() -> None:
+    """Warnings (bitsandbytes', torch's) and library log records into the log file, not the terminal.
+
+    A root handler also stops logging's last-resort handler printing a library's warnings to stderr.
+    """
+    path = log_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, delay=True)
+    except OSError:  # a read-only home: drop them rather than print them
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    if not any(getattr(h, "_bench", False) for h in root.handlers):
+        handler._bench = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")  # each distinct warning once, into the log
+    os.environ[CHILD_ENV] = str(path)  # cells forked from the server (it preloads this module) log there too
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a mistake raised as one `OptionError` line instead of usage text and exit."""
 
@@ -43,8 +101,41 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="bench", description=__doc__)
+    parser = _Parser(prog="bench", description=DESCRIPTION, epilog=EXAMPLES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=version())
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(commands)
+    for sub, help_line in subcommand_parsers(parser):
+        _describe(sub, help_line)
     return parser
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser) -> list[tuple[argparse.ArgumentParser, str | None]]:
+    """(parser, its one-line help) for every subcommand under `parser`, nested ones (`bench catalog import`)
+    included."""
+    found: list[tuple[argparse.ArgumentParser, str | None]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                found += [(sub, helps.get(name)), *subcommand_parsers(sub)]
+    return found
+
+
+def _describe(sub: argparse.ArgumentParser, help_line: str | None) -> None:
+    """A subcommand's help page: its one-line help as the description, its example last."""
+    from bench.commands.examples import EXAMPLES as SUBCOMMAND_EXAMPLES
+
+    command = sub.prog.removeprefix("bench ")
+    if sub.description is None and help_line:
+        sub.description = help_line[0].upper() + help_line[1:] + "."
+    if sub.epilog is None and command in SUBCOMMAND_EXAMPLES:
+        sub.epilog = f"example: {SUBCOMMAND_EXAMPLES[command]}"
+    sub.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+if os.environ.get(CHILD_ENV) and __name__ != "__main__":  # imported by the fork server of a `bench` command
+    os.environ.setdefault(LOG_ENV, os.environ[CHILD_ENV])
+    _log_warnings()

@@ -34,3 +34,15 @@ class DeviceUnavailable(BadInput):
 
 class DataDirError(BadInput):
     """A data dir (`--data-dir`) cannot be used: missing, empty, or not an ImageFolder tree."""
+
+
+class MissingExtra(BadInput):
+    """An optional dependency a command needs is not installed; the message names the extra to install.
+
+    >>> str(MissingExtra.of("submitit", "slurm", "--executor slurm"))
+    "--executor slurm needs submitit, which is not installed: pip install 'bench[slurm]'"
+    """
+
+    @classmethod
+    def of(cls, module: str, extra: str, needed_by: str) -> MissingExtra:
+        return cls(f"{needed_by} needs {module}, which is not installed: pip install 'bench[{extra}]'")

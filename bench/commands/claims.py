@@ -7,6 +7,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, claims_document, emit
 from bench.errors import ResultsFileError
 
 
@@ -14,23 +15,33 @@ def register(commands: argparse._SubParsersAction) -> None:
     claims = commands.add_parser("claims", help="the seed articles' claims against the measured rows -> CLAIMS.md")
     claims.set_defaults(handler=run_claims)
     claims.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
+    add_format_option(claims)
 
 
 def run_claims(args: argparse.Namespace) -> int:
     from bench.claims.autotune import (
         ensure_autotune_rows,  # late: pandas and the estimator only here
     )
-    from bench.claims.evaluate import evaluate_all, table_folder
+    from bench.claims.evaluate import evaluate, table_folder
+    from bench.claims.registry import CLAIMS
     from bench.claims.table import write_claims
+    from bench.report.console import steps
 
     measured = sorted(args.results.glob("claims_*/*/runs.csv"))
     if not any(path.parts[-3] != "claims_autotune" for path in measured):
         raise ResultsFileError(f"--results {args.results}: no claims rows (claims_*/<device-tag>/runs.csv) "
                                "under it; run `make claims` (or `bench run experiments/claims/*.toml`) first")
-    print(f"autotune rows: {ensure_autotune_rows(args.results)}")
-    findings = evaluate_all(args.results)
-    written = write_claims(findings, args.results / "claims" / table_folder(findings))
-    counts = Counter(finding.verdict for finding in findings)
-    print(", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items())))
-    print(f"wrote {', '.join(str(path) for path in written)}")
+    with answer_only(args.format == "json"), steps(len(CLAIMS) + 1, INTERACTIVE, "claims") as step:
+        step.advance("autotune rows")
+        step.say(f"autotune rows: {ensure_autotune_rows(args.results)}")
+        findings = []
+        for claim in CLAIMS:
+            step.advance(claim.id)
+            findings.append(evaluate(claim, args.results))
+        written = write_claims(findings, args.results / "claims" / table_folder(findings))
+        counts = Counter(finding.verdict for finding in findings)
+        step.say(", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items())))
+        step.say(f"wrote {', '.join(str(path) for path in written)}")
+    if args.format == "json":
+        emit("claims", claims_document(findings, written))
     return 0

@@ -41,3 +41,14 @@ def non_negative(text: str) -> float:
 def positive_int_list(text: str) -> list[int]:
     """`1,2,4` -> [1, 2, 4], each a positive whole number."""
     return [positive_int(part) for part in text.split(",")]
+
+
+def version() -> str:
+    """`bench 0.1.0`: the installed package's version (`bench --version`, and every JSON document)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return f"bench {installed('bench')}"
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "bench (not installed)"

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 from bench.commands.common import add_device_option, positive, positive_int
+from bench.commands.formats import add_format_option, emit, grid_document
 from bench.grid.spec import Grid, load_grid, require_precisions
 from bench.measure.device import DeviceInfo, detect_device
 
@@ -14,6 +15,10 @@ from bench.measure.device import DeviceInfo, detect_device
 def register(commands: argparse._SubParsersAction) -> None:
     listing = commands.add_parser("list", help="print the expanded cells of grid files")
     listing.set_defaults(handler=list_cells)
+    listing.add_argument("--profile", choices=("cuda", "cpu"),
+                         help="list this profile's cells on any machine: cuda (the grid as written) or cpu "
+                              "(default: the profile of --device)")
+    add_format_option(listing)
 
     run = commands.add_parser("run", help="measure every cell of grid files, one process per cell")
     run.set_defaults(handler=run_grids)
@@ -45,9 +50,16 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def list_cells(args: argparse.Namespace) -> int:
-    device = detect_device(args.device)
-    for grid in load_for_device(args.files, device):
-        print(f"# {grid.name}: {len(grid.cells)} cells, profile {grid.profile} on {device.type} ({device.name})")
+    if args.profile is None:
+        device = detect_device(args.device)
+        grids, where = load_for_device(args.files, device), f"on {device.type} ({device.name})"
+    else:  # a listing runs nothing: any profile on any machine
+        grids, where = [load_grid(path, args.profile) for path in args.files], "(asked for with --profile)"
+    if args.format == "json":
+        emit("list", {"grids": [grid_document(grid) for grid in grids]})
+        return 0
+    for grid in grids:
+        print(f"# {grid.name}: {len(grid.cells)} cells, profile {grid.profile} {where}")
         for cell in grid.cells:
             print(cell.cell_id)
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.commands.common import add_device_option, positive, positive_int
+from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
 from bench.errors import OptionError
 from bench.grid.cell import axes, choices, field_docs, field_types
 from bench.grid.spec import load_grid, timm_model_problem
@@ -21,6 +22,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                           help="cuda: the grid as written, predicted for a GPU (default); cpu: its CPU profile")
     estimate.add_argument("--results", type=Path, default=Path("results"),
                           help="results root; rows go to <root>/<experiment>/estimate/ (default: results)")
+    add_format_option(estimate)
 
     probe = commands.add_parser("probe", help="the largest micro-batch that fits: estimated, then found by real runs")
     probe.set_defaults(handler=probe_model)
@@ -34,6 +36,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="cap each trial's memory (GPU memory on CUDA; address-space growth on CPU, required there)")
     add_device_option(probe, help="device for real trials")
     probe.add_argument("--timeout-s", type=positive, default=600.0, help="per-trial time limit (default 600)")
+    add_format_option(probe)
 
 
 def _add_axis_options(probe: argparse.ArgumentParser) -> None:
@@ -72,18 +75,34 @@ def estimate_grids(args: argparse.Namespace) -> int:
         describe_estimate,
         estimate_grid,
     )
+    from bench.report.console import steps
     from bench.report.estimate_chart import write_estimate_chart
 
     grids = [load_grid(path, args.profile) for path in args.files]  # every file validated first
-    for grid in grids:
-        print(f"{grid.name}: {len(grid.cells)} cells, profile {grid.profile}, estimated without a device")
-        path = estimate_grid(grid, args.results,
-                             on_row=lambda row, index, total: print(f"  [{index + 1}/{total}] {describe_estimate(row)}"))
-        print(f"  wrote {path} and {write_estimate_chart(path.parent)}")
+    answers = []
+    with answer_only(args.format == "json"), steps(sum(len(g.cells) for g in grids), INTERACTIVE) as step:
+        for grid in grids:
+            step.say(f"{grid.name}: {len(grid.cells)} cells, profile {grid.profile}, estimated without a device")
+            rows: list[dict] = []
+
+            def on_row(row: dict, index: int, total: int) -> None:
+                rows.append(row)
+                step.say(f"  [{index + 1}/{total}] {describe_estimate(row)}")
+                step.advance(f"{grid.name} {index + 1}/{total}")
+
+            path = estimate_grid(grid, args.results, on_row=on_row)
+            chart = write_estimate_chart(path.parent)
+            step.say(f"  wrote {path} and {chart}")
+            answers.append({"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": path,
+                            "chart": chart, "rows": rows})
+    if args.format == "json":
+        emit("estimate", {"grids": answers})
     return 0
 
 
 def probe_model(args: argparse.Namespace) -> int:
+    import sys
+
     from bench.memory.probe import (
         ProbeConfig,
         describe_probe,
@@ -99,7 +118,16 @@ def probe_model(args: argparse.Namespace) -> int:
     config = ProbeConfig.of(args.model, args.accum_steps, **{name: getattr(args, name) for name in probe_options()})
     budget = probe_budget(gpu=args.gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
                           device=args.device)
-    result = (probe_from_estimate(config, budget) if budget.device is None
-              else probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s))
-    print(describe_probe(config, budget, result))
+    # Each trial as it ends, on stderr: the answer alone goes to stdout.
+    def show(trial) -> None:
+        print(f"  {trial.describe()}", file=sys.stderr, flush=True)
+
+    print(f"probe: {config.describe()}; budget {budget.source}", file=sys.stderr, flush=True)
+    with answer_only(args.format == "json"):
+        result = (probe_from_estimate(config, budget, on_trial=show) if budget.device is None
+                  else probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))
+    if args.format == "json":
+        emit("probe", probe_document(config, budget, result))
+    else:
+        print(describe_probe(config, budget, result))
     return 0 if (result.found or result.predicted).largest > 0 else 1

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from bench.commands.common import fraction, non_negative, positive, positive_int
+from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
 from bench.cost.price import Assumptions, Workload, price_rows
@@ -44,6 +45,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="results folder whose loader rows (input = loader) give the CPU cost per sample of "
                               "feeding a GPU, e.g. results/input_pipeline/<device-tag> (repeatable; default: the "
                               "loader rows among the folders priced)")
+        add_format_option(sub)
 
 
 def price_folders(args: argparse.Namespace) -> int:
@@ -52,34 +54,52 @@ def price_folders(args: argparse.Namespace) -> int:
         summary,
         write_outputs,
     )
+    from bench.report.console import steps
 
     described, instances = _catalog(args)
-    for folder in args.folders:
-        rows = load_ok_rows(folder)
-        if not rows:
-            print(f"{folder}: no ok rows, skipped")
-            continue
-        table = price_rows(rows, instances, _workload(args), _assumptions(args))
-        loader, where = _loader_costs(args, [folder])
-        print(f"{folder}: {len(rows)} ok rows x {len(instances)} instances")
-        print(summary(table, described, loader, where))
-        if table.lines:
-            written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described,
-                                    loader, where)
-            print(f"  wrote {', '.join(str(path) for path in written)}")
+    answers = []
+    with answer_only(args.format == "json"), steps(len(args.folders), INTERACTIVE) as step:
+        for folder in args.folders:
+            step.advance(str(folder))
+            rows = load_ok_rows(folder)
+            if not rows:
+                step.say(f"{folder}: no ok rows, skipped")
+                continue
+            table = price_rows(rows, instances, _workload(args), _assumptions(args))
+            loader, where = _loader_costs(args, [folder])
+            step.say(f"{folder}: {len(rows)} ok rows x {len(instances)} instances")
+            step.say(summary(table, described, loader, where))
+            written = []
+            if table.lines:
+                written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described,
+                                        loader, where)
+                step.say(f"  wrote {', '.join(str(path) for path in written)}")
+            answers.append(cost_document(folder, table, described, loader, written))
+    if args.format == "json":
+        emit("cost", {"folders": answers})
     return 0
 
 
 def plan_run(args: argparse.Namespace) -> int:
     from bench.cost.outputs import load_ok_rows, plan_text
+    from bench.report.console import steps
 
     described, instances = _catalog(args)
-    rows = [row for folder in args.folders for row in load_ok_rows(folder)]
-    request = PlanRequest(model=args.model, effective_batch=args.effective_batch, workload=_workload(args),
-                          image_size=args.image_size, budget_usd=args.budget_usd,
-                          deadline_hours=args.deadline_hours, spot=args.spot)
-    plan = make_plan(rows, instances, request, _assumptions(args))
-    print(plan_text(plan, described, args.top, *_loader_costs(args, args.folders)))
+    with answer_only(args.format == "json"), steps(len(args.folders) + 1, INTERACTIVE, "plan") as step:
+        rows = []
+        for folder in args.folders:
+            step.advance(f"reading {folder}")
+            rows += load_ok_rows(folder)
+        request = PlanRequest(model=args.model, effective_batch=args.effective_batch, workload=_workload(args),
+                              image_size=args.image_size, budget_usd=args.budget_usd,
+                              deadline_hours=args.deadline_hours, spot=args.spot)
+        step.advance(f"pricing {len(rows)} rows x {len(instances)} instances")
+        plan = make_plan(rows, instances, request, _assumptions(args))
+        loader = _loader_costs(args, args.folders)
+    if args.format == "json":
+        emit("plan", plan_document(plan, described, args.top, loader[0]))
+    else:
+        print(plan_text(plan, described, args.top, *loader))
     return 0 if plan.options else 1
 
 

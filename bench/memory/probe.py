@@ -10,6 +10,7 @@ probe reports beside its own count.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -38,6 +39,56 @@ CPU_ADDRESS_SPACE_PER_TENSOR_BYTE = 1.23
 CPU_ADDRESS_SPACE_OVERHEAD_BYTES = 283 * MIB
 
 Fits = Callable[[int], bool]
+OnTrial = Callable[["Trial"], None]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial as it ends: what was tried, whether it fitted, how long it took, and the bracket so far."""
+
+    kind: str
+    """"estimate" (a fake step of the estimator) or "device" (a real cell in its own process)."""
+    number: int
+    micro_batch: int
+    fits: bool
+    elapsed_s: float
+    largest_fitting: int
+    """The largest micro-batch that fitted so far (0: none yet)."""
+    smallest_failing: int | None
+    """The smallest that did not fit so far (None: none yet)."""
+
+    def describe(self) -> str:
+        """`device trial 3: micro-batch 143 fits (4.1 s); limit in [143, 150)`."""
+        high = "?" if self.smallest_failing is None else str(self.smallest_failing)
+        outcome = "fits" if self.fits else "does not fit"
+        return (f"{self.kind} trial {self.number}: micro-batch {self.micro_batch} {outcome} ({self.elapsed_s:.1f} s); "
+                f"limit in [{self.largest_fitting}, {high})")
+
+
+def reporting(fits: Fits, kind: str, on_trial: OnTrial | None) -> Fits:
+    """`fits`, timed, calling `on_trial` after every call with the bracket narrowed so far.
+
+    >>> seen = []
+    >>> check = reporting(lambda n: n <= 10, "estimate", seen.append)
+    >>> check(8), check(12)
+    (True, False)
+    >>> seen[-1].largest_fitting, seen[-1].smallest_failing
+    (8, 12)
+    """
+    if on_trial is None:
+        return fits
+    history: list[tuple[int, bool]] = []
+
+    def timed(micro_batch: int) -> bool:
+        began = time.monotonic()
+        fitted = fits(micro_batch)
+        history.append((micro_batch, fitted))
+        failing = [n for n, ok in history if not ok]
+        on_trial(Trial(kind, len(history), micro_batch, fitted, time.monotonic() - began,
+                       max([n for n, ok in history if ok], default=0), min(failing) if failing else None))
+        return fitted
+
+    return timed
 
 
 class ProbeError(BadInput):
@@ -168,7 +219,8 @@ def _bisect(check: Fits, low: int, high: int, trials: list[tuple[int, bool]]) ->
 
 
 def predict_largest(config: ProbeConfig, budget_bytes: float, target: Target, *, headroom: float = 0.0,
-                    scale: float = 1.0, extra_bytes: int = 0, models: FakeModels | None = None) -> Search:
+                    scale: float = 1.0, extra_bytes: int = 0, models: FakeModels | None = None,
+                    on_trial: OnTrial | None = None) -> Search:
     """The largest micro-batch whose estimated peak x scale + extra_bytes, times (1 + headroom), fits.
 
     The estimates at micro-batch 1 and 2 give a straight line (peak memory grows linearly
@@ -186,7 +238,8 @@ def predict_largest(config: ProbeConfig, budget_bytes: float, target: Target, *,
     one, two = need_bytes(1), need_bytes(2)
     per_sample = max(two - one, 1.0)
     guess = int((budget_bytes - (one - per_sample)) // per_sample)
-    return search_largest(lambda n: need_bytes(n) <= budget_bytes, max(guess, 1))
+    fits = reporting(lambda n: need_bytes(n) <= budget_bytes, "estimate", on_trial)
+    return search_largest(fits, max(guess, 1))
 
 
 def trial_on_device(config: ProbeConfig, device: DeviceInfo, memory_limit_gib: float | None,
@@ -261,13 +314,14 @@ def _cuda_total_memory() -> int:
     return torch.cuda.get_device_properties(0).total_memory
 
 
-def probe_from_estimate(config: ProbeConfig, budget: Budget) -> ProbeResult:
+def probe_from_estimate(config: ProbeConfig, budget: Budget, on_trial: OnTrial | None = None) -> ProbeResult:
     """The estimator's answer for a GPU (`--gpu`, `--memory-gib`): no device runs anything."""
-    return ProbeResult(budget.nbytes, predict_largest(config, budget.nbytes, "cuda", headroom=budget.headroom))
+    return ProbeResult(budget.nbytes, predict_largest(config, budget.nbytes, "cuda", headroom=budget.headroom,
+                                                      on_trial=on_trial))
 
 
 def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float | None,
-                    timeout_s: float) -> ProbeResult:
+                    timeout_s: float, on_trial: OnTrial | None = None) -> ProbeResult:
     """Predict from the estimate, then find the limit by real trials starting from the prediction.
 
     On a CPU the cap is on address-space growth, which holds more than tensors: the
@@ -275,11 +329,11 @@ def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float
     """
     device = budget.device
     if device.type == "cuda":
-        predicted = predict_largest(config, budget.nbytes, "cuda")
+        predicted = predict_largest(config, budget.nbytes, "cuda", on_trial=on_trial)
     else:
         predicted = predict_largest(config, budget.nbytes, "cpu", scale=CPU_ADDRESS_SPACE_PER_TENSOR_BYTE,
-                                    extra_bytes=CPU_ADDRESS_SPACE_OVERHEAD_BYTES)
-    fits = trial_on_device(config, device, memory_limit_gib, timeout_s)
+                                    extra_bytes=CPU_ADDRESS_SPACE_OVERHEAD_BYTES, on_trial=on_trial)
+    fits = reporting(trial_on_device(config, device, memory_limit_gib, timeout_s), "device", on_trial)
     return ProbeResult(budget.nbytes, predicted, search_largest(fits, max(predicted.largest, 1)))
 
 

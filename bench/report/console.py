@@ -91,3 +91,34 @@ def _gib(value: object) -> str:
 
 def _number(value: object, digits: int) -> str:
     return "" if value in (None, "") else f"{float(value):.{digits}f}"
+
+
+class Steps:
+    """What `steps` yields: `say` prints a line (above the bar on a terminal), `advance` counts one step done."""
+
+    def __init__(self, progress: Progress | None = None, task: int | None = None) -> None:
+        self._progress, self._task = progress, task
+
+    def say(self, text: str) -> None:
+        if self._progress is None:
+            print(text, flush=True)
+        else:
+            self._progress.console.print(text, markup=False, highlight=False)
+
+    def advance(self, description: str = "") -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, **({"description": description} if description else {}))
+
+
+@contextmanager
+def steps(total: int | None, interactive: bool, title: str = "") -> Iterator[Steps]:
+    """A progress bar with ETA over `total` steps when `interactive` (stdout and stderr are terminals);
+    otherwise nothing but the lines `say` prints, so piped output stays quiet."""
+    if not interactive:
+        yield Steps()
+        return
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True)
+    task = progress.add_task(title, total=total)
+    with progress:
+        yield Steps(progress, task)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Protocol, Sequence
 
+from bench.errors import MissingExtra
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceChoice, DeviceInfo, detect_device
 from bench.results.schema import failure
@@ -75,7 +76,7 @@ class SlurmExecutor:
 
     def run(self, tasks: Sequence[CellTask], timeout_s: float, on_start: OnStart | None = None
             ) -> Iterator[tuple[CellTask, dict]]:
-        import submitit  # late: only the SLURM path needs it
+        submitit = _submitit()  # late: only the SLURM path needs it
 
         executor = submitit.AutoExecutor(folder=self.options.folder, cluster=self.options.cluster)
         pending = []
@@ -128,7 +129,7 @@ def target_device(choice: DeviceChoice, name: ExecutorName, slurm: SlurmOptions)
     """The device the cells will run on: this machine's, or a compute node's (asked in a short job)."""
     if name == "local":
         return detect_device(choice)
-    import submitit
+    submitit = _submitit()
 
     executor = submitit.AutoExecutor(folder=slurm.folder, cluster=slurm.cluster)
     gpus = 0 if choice == "cpu" else slurm.gpus_per_node or (1 if slurm.cluster == "slurm" else 0)
@@ -144,3 +145,12 @@ def _last_line(exc: BaseException) -> str:
     # submitit's message starts with its own preamble; the cause is the traceback's last line.
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     return (lines[-1] if lines else repr(exc))[:500]
+
+
+def _submitit():
+    """submitit, an optional extra (`bench[slurm]`); missing, one line naming the extra."""
+    try:
+        import submitit
+    except ImportError:
+        raise MissingExtra.of("submitit", "slurm", "--executor slurm") from None
+    return submitit

@@ -1,0 +1,20 @@
+"""One example per subcommand, printed last in its `--help` (a test checks every subcommand has one).
+
+A subcommand whose parser sets its own epilog (`bench catalog`) keeps it.
+"""
+
+EXAMPLES = {
+    "list": "bench list experiments/resnet50.toml --profile cuda",
+    "run": "bench run experiments/smoke.toml",
+    "data": "bench data make --images 256",
+    "data make": "bench data make --images 256",
+    "report": "bench report results/resnet50/cpu-intel-xeon-processor",
+    "cost": "bench cost results/resnet50/cpu-intel-xeon-processor --allow-cpu-projection --provider aws",
+    "plan": "bench plan results/resnet50/cpu-intel-xeon-processor --model resnet50 --effective-batch 128 "
+            "--allow-cpu-projection",
+    "estimate": "bench estimate experiments/resnet50.toml",
+    "probe": "bench probe resnet50 --gpu A100-40GB --precision bf16",
+    "equivalence": "bench equivalence resnet50 --effective-batch 32 --accum 4",
+    "claims": "bench claims --results results",
+    "peak": "bench peak --device cpu",
+}

@@ -1,0 +1,176 @@
+"""`--format text|json`: the option, and an answer turned into one JSON document (schemas: docs/json.md).
+
+In JSON mode the document is the only thing on stdout: whatever else the command, a library or a
+child process writes to stdout while it works goes to stderr instead (at the file-descriptor level,
+so a forked trial's prints are caught too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import sys
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+SCHEMA_VERSION = 1
+"""Raised when a document's keys change meaning or go away (new keys may appear without it)."""
+
+INTERACTIVE = sys.stdout.isatty() and sys.stderr.isatty()
+"""Progress bars only on a terminal: read once, before any redirection, so piped output stays quiet."""
+
+
+def add_format_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (default) or json: one JSON document on stdout and nothing else "
+                             "(schema: docs/json.md)")
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as JSON types: dataclasses as dicts of their fields, paths and dates as text, NaN as null.
+
+    >>> from pathlib import Path
+    >>> jsonable({"path": Path("a/b"), "ratio": float("nan"), "sizes": (1, 2)})
+    {'path': 'a/b', 'ratio': None, 'sizes': [1, 2]}
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: jsonable(getattr(value, field.name)) for field in dataclasses.fields(value)
+                if not callable(getattr(value, field.name))}
+    if isinstance(value, dict):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, (Path, date, datetime)):
+        return str(value) if isinstance(value, Path) else value.isoformat()
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy / torch scalars
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def document(command: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The envelope every command's document shares: `command`, `schema_version`, `bench_version`, then
+    the command's own keys."""
+    from bench.commands.common import version
+
+    return {"command": command, "schema_version": SCHEMA_VERSION, "bench_version": version().split(" ", 1)[1],
+            **jsonable(body)}
+
+
+def emit(command: str, body: dict[str, Any], stream=None) -> None:
+    """Print the document (strict JSON: no NaN) to `stream` (stdout)."""
+    print(json.dumps(document(command, body), indent=2, allow_nan=False), file=stream or sys.stdout, flush=True)
+
+
+@contextlib.contextmanager
+def answer_only(enabled: bool) -> Iterator[None]:
+    """While the command works, send stdout (fd 1) to stderr, so the JSON printed after is alone on stdout."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)  # a child process's or a C library's writes
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # Python's, wherever sys.stdout pointed
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+# --- the documents' parts, one builder each (docs/json.md) -------------------------------------
+
+def grid_document(grid) -> dict[str, Any]:
+    """A loaded grid: name, file, profile and its cells (every axis, and the stable cell id)."""
+    return {"name": grid.name, "file": grid.path, "profile": grid.profile,
+            "profile_description": grid.profile_description or None,
+            "cells": [{"cell_id": cell.cell_id, **jsonable(cell)} for cell in grid.cells]}
+
+
+def probe_document(config, budget, result) -> dict[str, Any]:
+    """`bench probe`: the configuration, the budget, the estimator's answer and, after trials, the device's."""
+    from bench.units import GIB
+
+    def search(found) -> dict[str, Any] | None:
+        return None if found is None else {
+            "largest_micro_batch": found.largest,
+            "trials": [{"micro_batch": n, "fits": ok} for n, ok in found.trials]}
+
+    return {"model": config.base.model, "configuration": config.describe(),
+            "cell": {k: v for k, v in jsonable(config.base).items() if k not in ("micro_batch", "experiment")},
+            "budget": {"bytes": budget.nbytes, "gib": budget.nbytes / GIB, "source": budget.source,
+                       "headroom": budget.headroom, "device": None if budget.device is None else budget.device.name},
+            "predicted": search(result.predicted), "found": search(result.found),
+            "doubling_trials": result.doubling_trials}
+
+
+def _assumptions(workload, assumptions) -> dict[str, Any]:
+    return {"dataset_size": workload.dataset_size, "epochs": workload.epochs,
+            "samples_per_run": workload.samples_per_run, **jsonable(assumptions)}
+
+
+def cost_document(folder, table, catalog: str, loader_costs, written) -> dict[str, Any]:
+    """One folder of `bench cost`: every (row, instance) line as a cost.csv record, and the rows refused."""
+    from datetime import date as day
+
+    from bench.cost.catalog import stale_note
+    from bench.cost.outputs import record
+
+    return {"folder": folder, "catalog": catalog, "ok_rows": len({line.row.cell_id for line in table.lines}
+                                                                 | {r.row.cell_id for r in table.refused}),
+            "assumptions": _assumptions(table.workload, table.assumptions),
+            "oldest_price_observed": table.oldest_price_observed,
+            "stale_prices": stale_note([line.instance for line in table.priced], day.today()),
+            "lines": [record(line, table.workload.samples_per_run, loader_costs) for line in table.lines],
+            "refused": [{"cell_id": r.row.cell_id, "reason": r.reason} for r in table.refused],
+            "written": written}
+
+
+def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
+    """`bench plan`: the request, what was left out, the ranked options (the first `top`) and why the winner wins."""
+    from datetime import date as day
+
+    from bench.cost.catalog import stale_note
+    from bench.cost.outputs import record
+
+    request = plan.request
+    return {"request": {"model": request.model, "effective_batch": request.effective_batch,
+                        "image_size": request.image_size, "budget_usd": request.budget_usd,
+                        "deadline_hours": request.deadline_hours, "spot": request.spot},
+            "catalog": catalog, "assumptions": _assumptions(request.workload, plan.assumptions),
+            "image_size": plan.image_size, "left_out": plan.left_out,
+            "oldest_price_observed": plan.oldest_price_observed,
+            "stale_prices": stale_note([o.line.instance for o in plan.options], day.today()),
+            "options_total": len(plan.options),
+            "options": [{"rank": rank, "usd_per_run": option.usd_per_run, "hours_per_run": option.hours_per_run,
+                         "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
+                         "instance": option.line.instance.label, "configuration": option.configuration,
+                         "accum_steps_per_gpu": option.accum_steps_per_gpu, "evidence": option.evidence,
+                         "line": record(option.line, request.workload.samples_per_run, loader_costs)}
+                        for rank, option in enumerate(plan.options[:top], start=1)],
+            "reason": plan.reason}
+
+
+def claims_document(findings, written) -> dict[str, Any]:
+    """`bench claims`: every claim's verdict, the checks behind it and where the rows came from."""
+    from collections import Counter
+
+    return {"counts": dict(Counter(finding.verdict for finding in findings)),
+            "claims": [{"id": f.claim.id, "article": f.claim.article, "summary": f.claim.summary,
+                        "quote": f.claim.quote, "verdict": f.verdict, "where": f.where, "source": f.source,
+                        "rows_file": f.rows_file, "cell_ids": f.cell_ids, "where_it_holds": f.where_it_holds or None,
+                        "checks": [{"claimed": c.claimed, "measured": c.measured, "outcome": c.outcome, "at": c.at}
+                                   for c in f.checks],
+                        "note": f.note, "supporting": f.supporting}
+                       for f in findings],
+            "written": written}
