@@ -82,29 +82,15 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _fit() -> int:
-    from bench.speed.fit import Dataset, fit
-    from bench.speed.host import stored_host_dispatch
-    from bench.speed.model import PARAMS_FILE, load_model_file, params_json
-    from bench.speed.reference import read_reference_ops, reference_rows
+    from bench.speed.fit import fitted_params_json
+    from bench.speed.model import PARAMS_FILE
 
-    current = load_model_file()
-    host_us = stored_host_dispatch().us_per_op
-    data = Dataset.of(reference_rows(), read_reference_ops())
-    params = fit(data, host_us)
-    text = params_json(current.version, params, host_us, _fitted_on(data),
-                       {"median_error_pct": current.validation_median_error_pct,
-                        "p90_error_pct": current.validation_p90_error_pct})
+    text, data = fitted_params_json()
     (DATA / PARAMS_FILE).write_text(text)
-    print(f"fitted on {len(data.rows)} reference rows -> {DATA / PARAMS_FILE}")
+    print(f"fitted on {len(data.rows)} reference rows -> {DATA / PARAMS_FILE}; run --validate to re-measure "
+          "its errors")
     print(text, end="")
     return 0
-
-
-def _fitted_on(data) -> str:
-    from bench.speed.reference import MEASUREMENTS_FILE, REFERENCE_GPU
-
-    return (f"{len(data.rows)} rows of bench/data/reference/{MEASUREMENTS_FILE} ({REFERENCE_GPU}, AMP fp16, SGD), "
-            "mean |log(predicted / measured)|; no project GPU rows exist yet")
 
 
 def _validate() -> int:
@@ -114,15 +100,15 @@ def _validate() -> int:
 
     current = load_model_file()
     VALIDATION_DIR.mkdir(parents=True, exist_ok=True)
-    rows, by_family, overall = validation_table(current.host_dispatch_us)
+    rows, by_family, overall = validation_table()
     _write_csv(rows, VALIDATION_DIR / "validation.csv")
     _write_csv(by_family, VALIDATION_DIR / "validation_by_family.csv")
     ratios = cross_gpu_ratios()
     _write_csv(ratios, VALIDATION_DIR / "cross_gpu.csv")
     chart = write_validation_chart(rows, overall, VALIDATION_DIR / "validation.png")
     (VALIDATION_DIR / "validation.md").write_text(_validation_markdown(by_family, overall, ratios, current.version))
-    (DATA / PARAMS_FILE).write_text(params_json(current.version, current.params, current.host_dispatch_us,
-                                                current.fitted_on, overall))
+    (DATA / PARAMS_FILE).write_text(params_json(current.version, current.params, current.fitted_on,
+                                                {key: overall[key] for key in ("median_error_pct", "p90_error_pct")}))
     print(_validation_markdown(by_family, overall, ratios, current.version))
     print(f"wrote {VALIDATION_DIR}/validation.md, validation.csv, validation_by_family.csv, cross_gpu.csv, {chart}")
     return 0

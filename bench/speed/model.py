@@ -5,7 +5,7 @@ per-kernel cost. Efficiency saturates with size, e(x) = e_max x / (x + x_half): 
 time is (x + x_half) / (rate x e_max), and a kernel too small to fill the GPU pays x_half
 extra; a small micro-batch pays it on every kernel. e_max is per op class (`COMPUTE_CLASSES`
 by FLOPs; every class by bytes). The GPU's time is the sum over ops; the host issues every op
-(eager PyTorch) at its measured dispatch cost, so the step is the longer of the two. The part
+(eager PyTorch) at a fitted dispatch cost per op, so the step is the longer of the two. The part
 that sets the step names its bound: `compute`, `memory` or `overhead` (per-kernel cost or host).
 
 The peaks and bandwidths are the GPU catalog's datasheet figures (`bench/data/gpus.csv`); the
@@ -57,6 +57,9 @@ class SpeedParams:
     """Bytes at which an op reaches half its best bandwidth."""
     kernel_us: float
     """Fixed GPU time per kernel launched, microseconds."""
+    host_us: float
+    """The host's time to dispatch one op (eager PyTorch), microseconds: the step's floor is the ops
+    times this. Fitted; this CPU's measured figure (`bench.speed.host`) is its starting point."""
 
     @property
     def compute_efficiency(self) -> dict[str, float]:
@@ -77,8 +80,6 @@ class ModelFile:
 
     version: str
     params: SpeedParams
-    host_dispatch_us: float
-    """The host's cost per dispatched op, microseconds (measured: `bench.speed.host`)."""
     fitted_on: str
     validation_median_error_pct: float | None
     validation_p90_error_pct: float | None
@@ -93,16 +94,15 @@ class ModelFile:
 @lru_cache(maxsize=None)
 def load_model_file() -> ModelFile:
     data = json.loads(resources.files("bench.data").joinpath(PARAMS_FILE).read_text())
-    return ModelFile(data["version"], SpeedParams(**data["params"]), data["host_dispatch_us"], data["fitted_on"],
+    return ModelFile(data["version"], SpeedParams(**data["params"]), data["fitted_on"],
                      data["validation"]["median_error_pct"], data["validation"]["p90_error_pct"])
 
 
-def params_json(version: str, params: SpeedParams, host_dispatch_us: float, fitted_on: str,
-                validation: dict[str, float | None]) -> str:
+def params_json(version: str, params: SpeedParams, fitted_on: str, validation: dict[str, float | None]) -> str:
     """The parameter file's text: sorted, rounded, so a re-fit on the same data is the same bytes."""
     rounded = {name: float(f"{value:.6g}") for name, value in asdict(params).items()}
-    return json.dumps({"version": version, "fitted_on": fitted_on, "host_dispatch_us": host_dispatch_us,
-                       "params": rounded, "validation": validation}, indent=2, sort_keys=True) + "\n"
+    return json.dumps({"version": version, "fitted_on": fitted_on, "params": rounded, "validation": validation},
+                      indent=2, sort_keys=True) + "\n"
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class StepTime:
     bound: Bound
 
 
-def step_time(table: OpTable, rates: GpuRates, params: SpeedParams, host_dispatch_us: float) -> StepTime:
+def step_time(table: OpTable, rates: GpuRates, params: SpeedParams) -> StepTime:
     """The predicted time of the step whose ops are `table` on the GPU of `rates`."""
     if np.isnan(rates.peak_flops_per_s[table.dtype[_COMPUTE_INDEX[table.op_class] & (table.flops > 0)]]).any():
         raise NoDatasheetPeak(f"--gpu {rates.gpu}: a compute op's dtype has no datasheet peak in "
@@ -193,7 +193,7 @@ def step_time(table: OpTable, rates: GpuRates, params: SpeedParams, host_dispatc
     memory_s = float(times.memory_s[~compute_bound].sum())
     kernel_s = float(times.kernel_s.sum())
     gpu_s = compute_s + memory_s + kernel_s
-    host_s = float(table.count.sum()) * host_dispatch_us * 1e-6
+    host_s = float(table.count.sum()) * params.host_us * 1e-6
     parts = {"compute": compute_s, "memory": memory_s, "overhead": max(kernel_s, host_s if host_s > gpu_s else 0)}
     bound: Bound = max(parts, key=parts.get) if host_s <= gpu_s else "overhead"
     return StepTime(max(gpu_s, host_s), gpu_s, host_s, compute_s, memory_s, kernel_s, bound)

@@ -4,7 +4,9 @@
 the fake mode answers it, so a whole training step (forward, backward, optimizer) is recorded
 without data or compute. FLOPs come from torch's own formulas (`torch.utils.flop_counter`'s
 registry), plus the same attention formula for the CPU flash-attention kernel a fake CPU step
-dispatches (the registry knows only the CUDA ones). Bytes are every tensor read plus every tensor
+dispatches (the registry knows only the CUDA ones), and one correction: the registry's
+grouped-convolution backward ignores the groups in the weight gradient (a depthwise
+convolution's is counted channels times over), so that term is divided by the groups here. Bytes are every tensor read plus every tensor
 written, each once. Views and allocations launch no kernel: they are recorded (the host still
 dispatches them) with class `view`.
 """
@@ -17,7 +19,7 @@ from typing import Any, Literal
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import conv_flop_count, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 OpClass = Literal["matmul", "conv", "grouped_conv", "attention", "norm", "reduction", "elementwise",
                   "optimizer", "view"]
@@ -114,8 +116,7 @@ def classify(func: torch._ops.OpOverload, args: tuple) -> OpClass:
     if packet in _MATMUL:
         return "matmul"
     if packet in _CONV:
-        groups = args[8] if packet is aten.convolution and len(args) > 8 else \
-            args[-1] if packet is aten.convolution_backward else 1
+        groups = _groups(packet, args)
         return "grouped_conv" if isinstance(groups, int) and groups > 1 else "conv"
     if "scaled_dot_product" in packet.__name__:
         return "attention"
@@ -128,7 +129,15 @@ def classify(func: torch._ops.OpOverload, args: tuple) -> OpClass:
     return "elementwise"
 
 
+def _groups(packet, args: tuple) -> int:
+    """A convolution's groups argument (1 when absent)."""
+    position = {aten.convolution: 8, aten._convolution: 8, aten.convolution_backward: 9}[packet]
+    return args[position] if len(args) > position and isinstance(args[position], int) else 1
+
+
 def _flops(packet, args: tuple, kwargs: dict, out: Any) -> float:
+    if packet is aten.convolution_backward and _groups(packet, args) > 1:
+        return _grouped_conv_backward_flops(args, out)
     if packet in flop_registry:
         return flop_registry[packet](*args, **kwargs, out_val=out)
     if packet in _CPU_SDPA:  # the registry's formula, on the shapes of the CPU kernel's arguments
@@ -138,6 +147,21 @@ def _flops(packet, args: tuple, kwargs: dict, out: Any) -> float:
         grad_out, query, key, value = args[:4]
         return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
     return 0
+
+
+def _grouped_conv_backward_flops(args: tuple, out: Any) -> float:
+    """The registry's formula (`conv_backward_flop`), its weight-gradient term divided by the groups."""
+    grad_out, x, weight, *_ = args
+    transposed, groups, output_mask = args[7], args[9], args[10]
+    flops = 0
+    if output_mask[0]:
+        flops += conv_flop_count(grad_out.shape, weight.shape, out[0].shape, not transposed)
+    if output_mask[1]:
+        def t(shape):
+            return [shape[1], shape[0], *shape[2:]]
+        first, second = (grad_out, x) if transposed else (x, grad_out)
+        flops += conv_flop_count(t(first.shape), t(second.shape), t(out[1].shape), transposed=False) // groups
+    return flops
 
 
 def _bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor], mutable: bool) -> int:

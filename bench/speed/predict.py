@@ -72,7 +72,7 @@ def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None 
     """
     model = model or load_model_file()
     rates = gpu_rates(spec, cell.precision)
-    step = step_time(ops.for_step(cell.accum_steps), rates, model.params, model.host_dispatch_us)
+    step = step_time(ops.for_step(cell.accum_steps), rates, model.params)
     samples_per_s = cell.effective_batch / step.step_time_s
     flops = flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
     peak = rates.headline_peak_flops_per_s

@@ -73,6 +73,36 @@ class StepOps:
     parts: dict[Part, OpTable]
     micro_batch: int
 
+    def at_micro_batch(self, other: StepOps, micro_batch: int) -> StepOps:
+        """The ops at `micro_batch`, read off the line through this trace and `other` (another micro-batch).
+
+        An op's FLOPs and bytes are a constant (weights) plus a part proportional to the micro-batch
+        (activations), so two traces give every size. Raises ValueError when the two traces are not the
+        same op sequence.
+
+        >>> a = StepOps({p: OpTable.of([]) for p in PARTS}, 8)
+        >>> a.at_micro_batch(StepOps(a.parts, 16), 32).micro_batch
+        32
+        """
+        parts = {}
+        for part in PARTS:
+            low, high = self.parts[part], other.parts[part]
+            if len(low.count) != len(high.count) or (low.op_class != high.op_class).any() or \
+                    (low.dtype != high.dtype).any():
+                raise ValueError(f"{part}: traces at micro-batches {self.micro_batch} and {other.micro_batch} "
+                                 "differ in their ops")
+            weight = (micro_batch - self.micro_batch) / (other.micro_batch - self.micro_batch)
+            parts[part] = OpTable(low.op_class, low.dtype, np.maximum(low.flops + weight * (high.flops - low.flops), 0),
+                                  np.maximum(low.bytes_moved + weight * (high.bytes_moved - low.bytes_moved), 0),
+                                  low.channels_last, low.count)
+        return StepOps(parts, micro_batch)
+
+    def with_dtype(self, old: str, new: str) -> StepOps:
+        """The same ops with dtype `old` read as `new` (fp16's step from bf16's trace: the same shapes)."""
+        swap = lambda t: OpTable(t.op_class, np.where(t.dtype == DTYPES.index(old), DTYPES.index(new), t.dtype)
+                                 .astype(np.int8), t.flops, t.bytes_moved, t.channels_last, t.count)
+        return StepOps({part: swap(table) for part, table in self.parts.items()}, self.micro_batch)
+
     def for_step(self, accum_steps: int) -> OpTable:
         """Every op of a step of `accum_steps` micro-batches."""
         if accum_steps > 1 and not len(self.parts["next_micro"].count):

@@ -17,10 +17,10 @@ RATIO_CELLS = (("resnet50", 256), ("vit_base_patch16_224", 128))
 """Cross-GPU ratios: the study's two models at a micro-batch that fills a large GPU."""
 
 
-def validation_table(host_dispatch_us: float) -> tuple[list[dict], list[dict], dict]:
+def validation_table() -> tuple[list[dict], list[dict], dict]:
     """(one row per reference row, one per family, the overall summary) of the held-out predictions."""
     data = Dataset.of(reference_rows(), read_reference_ops())
-    predicted = leave_one_family_out(data, host_dispatch_us)
+    predicted = leave_one_family_out(data)
     measured = data.measured_samples_per_s
     rows = [{"model": row.model, "memory_format": row.memory_format, "family": row.family,
              "batch_size": row.batch_size, "image_size": row.image_size,
