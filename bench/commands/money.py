@@ -137,7 +137,13 @@ def _measured_size(rows: list, model: str) -> int:
 def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, instances: tuple[Instance, ...]) -> list:
     import time
 
-    from bench.cost.predicted import DEFAULT_PRECISIONS, PlanCandidates, Progress, predicted_plan_rows
+    from bench.cost.predicted import (
+        DEFAULT_PRECISIONS,
+        MEMORY_METHOD,
+        PlanCandidates,
+        Progress,
+        predicted_plan_rows,
+    )
 
     began = time.monotonic()
     gpus = tuple(sorted({instance.gpu for instance in instances}))
@@ -150,6 +156,7 @@ def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, insta
     refused = "; ".join(f"{count} {why}" for why, count in progress.refused.items())
     print(f"  predicted {len(rows)} options on {len(gpus)} GPUs in {time.monotonic() - began:.1f} s"
           + (f" (not predicted: {refused})" if refused else ""))
+    print(f"  {MEMORY_METHOD}")
     return rows
 
 

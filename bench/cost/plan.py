@@ -99,12 +99,13 @@ class Option:
         """The speed's basis, plus the re-split accumulation when there is one (and a predicted row's memory fit)."""
         row = self.line.row
         text = self.basis_text
+        how = "measured"
         if self.line.basis == "predicted":
             memory = self.line.memory
-            text += (f"; memory {memory.required_bytes / 2**30:.1f} of {memory.capacity_bytes / 2**30:g} GiB "
-                     "(estimated + headroom)")
+            text += f"; memory {memory.required_bytes / 2**30:.1f} of {memory.capacity_bytes / 2**30:g} GiB"
+            how = "predicted"
         if self.accum_steps_per_gpu != row.accum_steps:
-            text += f"; measured at {row.micro_batch}x{row.accum_steps}, speed and memory assumed the same"
+            text += f"; {how} at {row.micro_batch}x{row.accum_steps}, speed and memory assumed the same"
         return text
 
 

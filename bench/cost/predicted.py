@@ -5,7 +5,8 @@ micro-batches (`TRACED_MICRO_BATCHES`, K = 2, one fake trace each for memory and
 and every op's FLOPs and bytes are linear in the micro-batch, so the two traces give any size:
 per GPU, the largest power-of-two micro-batch m that divides E and fits (peak + headroom), with
 K = E / m, is predicted on that GPU. fp16 is read off bf16's trace (the same shapes; its GradScaler's
-few ops are left out). The rows are `MeasuredRow`s with basis `predicted`, so `make_plan` ranks them
+few ops are left out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the
+model predicts them alike. The rows are `MeasuredRow`s with basis `predicted`, so `make_plan` ranks them
 beside measured rows, and a measured row of the same option wins.
 """
 
@@ -26,6 +27,8 @@ from bench.speed.model import NoDatasheetPeak, gpu_rates, load_model_file, step_
 from bench.speed.trace import StepOps, trace_cell
 
 TRACED_MICRO_BATCHES = (4, 8)
+MEMORY_METHOD = (f"memory: the estimator's peak (fake-tensor trace, reserved) at micro-batches {TRACED_MICRO_BATCHES}, "
+                 "K = 2, read off the line through them; + headroom against the GPU's nominal memory")
 DEFAULT_PRECISIONS = ("bf16", "fp16", "tf32")
 _SEGMENT_BYTES = 2 * 2**20
 
@@ -96,6 +99,10 @@ def predicted_plan_rows(request: PlanCandidates, on_trace: Callable[[str], None]
                 if ("bf16" if precision == "fp16" else precision) != traced_precision:
                     continue
                 for gpu in request.gpus:
+                    if precision == "fp16" and "bf16" in request.precisions and \
+                            gpu_spec(gpu).peak_tflops["bf16_tflops"] is not None:
+                        _count(progress, "fp16 where bf16 runs (predicted alike)")
+                        continue
                     row = _row(request, traced, precision, checkpointing, gpu, model_file, progress)
                     if row is not None:
                         rows.append(row)
@@ -120,13 +127,11 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
     try:
         rates = gpu_rates(spec, precision)
     except NoDatasheetPeak:
-        key = f"{precision} on GPUs without a datasheet peak for it"
-        progress.refused[key] = progress.refused.get(key, 0) + 1
+        _count(progress, f"{precision} on GPUs without a datasheet peak for it")
         return None
     micro_batch = traced.largest_fitting(spec.memory_gib, request.headroom, request.effective_batch)
     if micro_batch == 0:
-        key = f"{precision} ckpt-{checkpointing}: not even micro-batch 1 fits"
-        progress.refused[key] = progress.refused.get(key, 0) + 1
+        _count(progress, f"{precision} ckpt-{checkpointing}: not even micro-batch 1 fits")
         return None
     accum_steps = request.effective_batch // micro_batch
     ops = traced.ops(micro_batch)
@@ -136,8 +141,7 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
     samples_per_s = request.effective_batch / step.step_time_s
     flops = flops_per_sample(request.model, request.image_size, checkpointing)
     peak = _whole_segments(traced.peak_bytes(micro_batch))
-    basis = (f"{model_file.basis()}, {step.bound}-bound; memory estimated from fake traces at micro-batches "
-             f"{TRACED_MICRO_BATCHES}, linear in the micro-batch" + ("; fp16 from the bf16 trace" if precision == "fp16" else ""))
+    basis = f"{model_file.basis()}, {step.bound}-bound" + ("; fp16 from the bf16 trace" if precision == "fp16" else "")
     return MeasuredRow(cell_id=f"predicted-{request.model}-{request.image_size}px-{micro_batch}x{accum_steps}-"
                                f"{precision}-ckpt_{checkpointing}-{request.optimizer}-{gpu}",
                        experiment="plan", profile="cuda", model=request.model, image_size=request.image_size,
@@ -147,6 +151,10 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
                        mfu_pct=utilization_pct(flops.model, samples_per_s, rates.headline_peak_flops_per_s),
                        model_flops_per_sample=flops.model, peak_memory_bytes=peak, peak_reserved_bytes=peak,
                        memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=basis)
+
+
+def _count(progress: Progress, why: str) -> None:
+    progress.refused[why] = progress.refused.get(why, 0) + 1
 
 
 def _whole_segments(nbytes: float) -> int:

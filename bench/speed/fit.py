@@ -26,10 +26,10 @@ from bench.speed.reference import (
 )
 from bench.speed.trace import OpTable
 
-START = SpeedParams(e_matmul=0.7, e_conv=0.6, e_grouped_conv=0.2, e_attention=0.5, nchw_conv_factor=0.8,
+START = SpeedParams(e_matmul=0.7, e_conv=0.6, e_grouped_conv=0.2, nchw_conv_factor=0.8,
                     flops_half=1e8, e_memory=0.7, bytes_half=1e6, kernel_us=3.0, host_us=10.0)
 """Where the search starts: round figures of the usual order, not a result."""
-_FRACTIONS = ("e_matmul", "e_conv", "e_grouped_conv", "e_attention", "e_memory")
+_FRACTIONS = ("e_matmul", "e_conv", "e_grouped_conv", "e_memory")
 """Searched through a logistic (always in (0, 1)); every other parameter through a logarithm (positive)."""
 ITERATIONS = 1500
 

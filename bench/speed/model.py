@@ -4,7 +4,7 @@ Each op takes max(FLOPs / (peak[dtype] x e_c), bytes / (bandwidth x e_m)) plus a
 per-kernel cost. Efficiency saturates with size, e(x) = e_max x / (x + x_half): so an op's
 time is (x + x_half) / (rate x e_max), and a kernel too small to fill the GPU pays x_half
 extra; a small micro-batch pays it on every kernel. e_max is per op class (`COMPUTE_CLASSES`
-by FLOPs; every class by bytes). The GPU's time is the sum over ops; the host issues every op
+by FLOPs, attention at the matmul's; every class by bytes). The GPU's time is the sum over ops; the host issues every op
 (eager PyTorch) at a fitted dispatch cost per op, so the step is the longer of the two. The part
 that sets the step names its bound: `compute`, `memory` or `overhead` (per-kernel cost or host).
 
@@ -45,8 +45,6 @@ class SpeedParams:
     """The same for a dense convolution in channels-last format."""
     e_grouped_conv: float
     """The same for a grouped or depthwise convolution."""
-    e_attention: float
-    """The same for a fused attention kernel."""
     nchw_conv_factor: float
     """Multiplies a convolution's efficiency when its input is not channels-last."""
     flops_half: float
@@ -63,8 +61,10 @@ class SpeedParams:
 
     @property
     def compute_efficiency(self) -> dict[str, float]:
+        # Fused attention runs on the same tensor cores as a matmul; the calibration rows (PyTorch 1.12,
+        # eager attention) hold none, so it has no parameter of its own that data could set.
         return {"matmul": self.e_matmul, "conv": self.e_conv, "grouped_conv": self.e_grouped_conv,
-                "attention": self.e_attention}
+                "attention": self.e_matmul}
 
     def to_vector(self) -> list[float]:
         return [getattr(self, f.name) for f in fields(self)]
