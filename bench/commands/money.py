@@ -33,7 +33,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="checkpointing modes to predict (repeatable; default off)")
     plan.add_argument("--optimizer", choices=("adamw", "sgd", "adamw8bit"), default="adamw",
                       help="optimizer of the predicted options (default adamw)")
-    plan.add_argument("--no-predict", action="store_true", help="measured rows only, no throughput-model options")
+    plan.add_argument("--predict", choices=("auto", "always", "never"), default="auto",
+                      help="throughput-model options: auto (when the rows hold no GPU row of the model: measured "
+                           "rows win), always (beside the measured ones), never (default auto)")
     cost.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR",
                       help="results/<experiment>/<device-tag> folder with a runs.csv (a predicted/ folder too)")
     plan.add_argument("folders", nargs="*", type=Path, metavar="RESULTS_DIR",
@@ -90,8 +92,9 @@ def plan_run(args: argparse.Namespace) -> int:
     described, instances = _catalog(args)
     instances = _only_gpus(instances, args.gpu)
     rows = [row for folder in folders for row in load_ok_rows(folder)]
-    image_size = args.image_size or (None if rows else 224)
-    if not args.no_predict:
+    measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
+    image_size = args.image_size or (None if measured_gpu else 224)
+    if args.predict == "always" or (args.predict == "auto" and not measured_gpu):
         rows += _predicted_rows(args, model, image_size or _measured_size(rows, model), instances)
     request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
                           image_size=image_size, budget_usd=args.budget_usd,
@@ -113,7 +116,7 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
         model, items = str(items.pop(0)), items
     else:
         model = args.model
-    if not args.no_predict:
+    if args.predict != "never":
         problem = timm_model_problem(model)
         if problem:
             raise OptionError(f"MODEL: {problem}")
