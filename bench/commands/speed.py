@@ -20,6 +20,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("files", nargs="*", type=Path, metavar="FILE", help="grid file (TOML); its CUDA grid")
     predict.add_argument("--gpu", action="append", default=[], metavar="KEY",
                          help="catalog GPU key (bench/data/gpus.csv; repeatable; default: every GPU)")
+    predict.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                         help="predict only the cells with this axis value, e.g. optimizer=adamw (repeatable)")
     predict.add_argument("--results", type=Path, default=Path("results"),
                          help="results root; rows go to <root>/<experiment>/predicted/ (default: results)")
     mode = predict.add_mutually_exclusive_group()
@@ -65,7 +67,7 @@ def _predict(args: argparse.Namespace) -> int:
     from bench.speed.predict import PREDICTED_COLUMNS, accumulation_loss, describe_prediction, predict_grid
 
     gpus = _gpus(args.gpu)
-    grids = [load_grid(path, "cuda") for path in args.files]  # every file validated first
+    grids = [_only(load_grid(path, "cuda"), args.only) for path in args.files]  # every file validated first
     model = load_model_file()
     for grid in grids:
         print(f"{grid.name}: {len(grid.cells)} cells x {len(gpus) if gpus else 'every'} GPU, {model.basis()}")
@@ -79,6 +81,22 @@ def _predict(args: argparse.Namespace) -> int:
                   f"{line['accumulated_split']} loses {line['throughput_lost_pct']:.1f} % vs {line['large_split']} "
                   f"({line['accumulated_bound']}-bound)")
     return 0
+
+
+def _only(grid, conditions: list[str]):
+    """`grid` with only the cells whose axes have the `AXIS=VALUE` values."""
+    from dataclasses import replace
+
+    from bench.grid.cell import axes
+
+    wanted = {}
+    for condition in conditions:
+        name, _, value = condition.partition("=")
+        if name not in axes() or not value:
+            raise OptionError(f"--only {condition}: want AXIS=VALUE with AXIS one of {', '.join(axes())}")
+        wanted[name] = value
+    cells = tuple(c for c in grid.cells if all(str(getattr(c, n)).lower() == v.lower() for n, v in wanted.items()))
+    return replace(grid, cells=cells)
 
 
 def _fit() -> int:
