@@ -24,6 +24,7 @@ from bench.claims.autotune import AUTOTUNE_COLUMNS
 from bench.claims.autotune import EXPERIMENT as AUTOTUNE_EXPERIMENT
 from bench.equivalence.study import CSV_NAME as EQUIVALENCE_CSV
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
+from bench.speed.predict import PREDICTED_FOLDER
 from bench.results.read import read_runs
 from bench.results.schema import COLUMNS, Column
 
@@ -107,6 +108,8 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
         return _equivalence_rows(results_root)
     found: dict[Source, Rows] = {}
     for runs in sorted(Path(results_root, experiment).glob("*/runs.csv")):
+        if runs.parent.name == PREDICTED_FOLDER:  # the throughput model's rows: no claim reads a prediction
+            continue
         frame = read_runs(runs, _schema(runs))
         if frame.empty:
             continue

@@ -16,7 +16,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cache
 from typing import Any, Literal
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["fp32", "bf16", "fp16", "tf32"]
+Attention = Literal["sdpa", "eager"]
 CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]*)$"
 """Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks)."""
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
@@ -86,7 +87,8 @@ class Cell:
     image_size: int = axis("square input side, pixels", minimum=1)
     micro_batch: int = described("samples per forward/backward")
     accum_steps: int = described("micro-batches per optimizer step (K)")
-    precision: Precision = axis("fp32 (TF32 off) | bf16 (autocast) | fp16 (autocast + GradScaler)")
+    precision: Precision = axis("fp32 (TF32 off) | bf16 (autocast) | fp16 (autocast + GradScaler) | tf32 (fp32 "
+                                "storage, TF32 matmuls and convolutions)")
     checkpointing: str = axis("off | full (timm set_grad_checkpointing) | last-<N> (the last N blocks)",
                               grid_default="off", pattern=CHECKPOINTING_PATTERN)
     optimizer: OptimizerName = axis("adamw | adamw8bit (bitsandbytes) | sgd (momentum 0.9)", grid_default="adamw")
@@ -119,6 +121,8 @@ class Cell:
     loader_workers: int = axis("DataLoader worker processes of a loader input (0: the training process decodes); "
                                "synthetic input has none and keeps the default", default=0, extra=True, minimum=0,
                                probe_option=False)
+    attention: Attention = axis("sdpa (fused scaled-dot-product attention) | eager (timm's explicit softmax, "
+                                "fused_attn off)", default="sdpa", extra=True)
 
     @property
     def effective_batch(self) -> int:
@@ -192,7 +196,7 @@ def choices(name: str) -> tuple[Any, ...] | None:
     """The allowed values of a `Literal` field, or None for a free (validated) one.
 
     >>> choices("precision")
-    ('fp32', 'bf16', 'fp16')
+    ('fp32', 'bf16', 'fp16', 'tf32')
     """
     kind = field_types()[name]
     return typing.get_args(kind) if typing.get_origin(kind) is Literal else None

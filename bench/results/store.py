@@ -22,11 +22,16 @@ from bench.results.schema import COLUMNS, Column
 
 
 class RunsFile:
-    """`results/<experiment>/<device-tag>/runs.csv`; `columns` is the schema (default: the runner's)."""
+    """`results/<experiment>/<device-tag>/runs.csv`; `columns` is the schema (default: the runner's).
 
-    def __init__(self, path: Path, columns: dict[str, Column] = COLUMNS) -> None:
+    `key`: the columns that name a row (a row with the same values replaces it): the cell id, or
+    the cell id and the GPU in a predictions file (one row per cell and GPU).
+    """
+
+    def __init__(self, path: Path, columns: dict[str, Column] = COLUMNS, key: tuple[str, ...] = ("cell_id",)) -> None:
         self.path = Path(path)
         self.columns = list(columns)
+        self.key = key
 
     def rows(self) -> list[dict[str, str]]:
         """Every row as the text the file holds, columns of a newer schema filled in.
@@ -59,8 +64,9 @@ class RunsFile:
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
         existing = self.rows()
-        if any(old["cell_id"] == row["cell_id"] for old in existing):
-            kept = [old for old in existing if old["cell_id"] != row["cell_id"]]
+        name = tuple(_cell_text(row.get(column)) for column in self.key)
+        if any(tuple(old[column] for column in self.key) == name for old in existing):
+            kept = [old for old in existing if tuple(old[column] for column in self.key) != name]
             self._rewrite(kept + [row])
         elif not self.path.exists() or self._header() != self.columns:
             self._rewrite(existing + [row])

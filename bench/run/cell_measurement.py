@@ -109,7 +109,7 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
     model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
-                        channels_last=cell.channels_last, device=device)
+                        channels_last=cell.channels_last, attention=cell.attention, device=device)
     if distribution:
         model = distribution.wrap(model)
     if cell.compile == "on":

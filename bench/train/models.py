@@ -10,8 +10,12 @@ NUM_CLASSES = 1000
 
 
 def build_model(name: str, image_size: int, *, checkpointing: str = "off",
-                channels_last: bool = False, device: torch.device | str = "cpu") -> torch.nn.Module:
+                channels_last: bool = False, attention: str = "sdpa",
+                device: torch.device | str = "cpu") -> torch.nn.Module:
     """A timm model in train mode, random weights, on `device`.
+
+    `attention="eager"` turns off timm's fused attention (`fused_attn`) in every block: an
+    explicit softmax between two matmuls, as timm ran before PyTorch had fused attention.
 
     Example:
         >>> model = build_model("test_vit", 32, checkpointing="full")
@@ -20,6 +24,10 @@ def build_model(name: str, image_size: int, *, checkpointing: str = "off",
     """
     with torch.device(device):
         model = _create(name, image_size)
+    if attention == "eager":
+        for module in model.modules():
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False
     model.set_grad_checkpointing(checkpointing == "full")
     if checkpointing.startswith("last-"):
         checkpoint_last_blocks(model, int(checkpointing.removeprefix("last-")))
