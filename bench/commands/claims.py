@@ -21,12 +21,14 @@ def run_claims(args: argparse.Namespace) -> int:
         ensure_autotune_rows,  # late: pandas and the estimator only here
     )
     from bench.claims.evaluate import evaluate_all, table_folder
+    from bench.claims.evidence import check_runs_files
     from bench.claims.table import write_claims
 
     measured = sorted(args.results.glob("claims_*/*/runs.csv"))
     if not any(path.parts[-3] != "claims_autotune" for path in measured):
         raise ResultsFileError(f"--results {args.results}: no claims rows (claims_*/<device-tag>/runs.csv) "
                                "under it; run `make claims` (or `bench run experiments/claims/*.toml`) first")
+    check_runs_files(measured)
     print(f"autotune rows: {ensure_autotune_rows(args.results)}")
     findings = evaluate_all(args.results)
     written = write_claims(findings, args.results / "claims" / table_folder(findings))

@@ -94,6 +94,7 @@ def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, i
     target: Target = "cuda" if grid.profile == "cuda" else "cpu"
     device = estimate_device(target)
     runs = RunsFile(results_folder(results_root, grid.name, ESTIMATE_FOLDER) / "runs.csv", ESTIMATE_COLUMNS)
+    runs.rows()  # a corrupt file stops here, before anything is estimated
     stamp = provenance()
     models = models or FakeModels()
     for index, cell in enumerate(grid.cells):
