@@ -15,6 +15,18 @@ from bench.commands import GROUPS
 from bench.errors import BadInput, OptionError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def entry() -> None:
+    """The `bench` command: `main`, then exit. An interrupted run exits at once: its rows are on disk
+    and its cell is killed, and tearing torch down would take seconds more."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `bench list ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
