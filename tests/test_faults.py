@@ -528,3 +528,31 @@ def test_two_runners_on_one_folder_the_second_exits_2_naming_the_first(tmp_path)
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
     shutil.rmtree(results)
+
+
+# --- out-of-memory in disguise, and the probe's smallest micro-batch --------------------------------
+
+@pytest.mark.parametrize("message", [
+    "could not create a primitive",  # oneDNN, a CPU cell under a memory cap
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input. "
+    "unable to find an engine to execute this computation",
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+])
+def test_out_of_memory_in_disguise_is_an_oom_row(message):
+    from bench.measure.failure import is_out_of_memory
+    from bench.results.schema import failure_from
+
+    assert is_out_of_memory(RuntimeError(message)) and failure_from(RuntimeError(message))["status"] == "oom"
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+
+
+def test_the_probe_starts_a_batchnorm_model_at_micro_batch_2_and_says_why():
+    from bench.memory.probe import Budget, ProbeConfig, ProbeResult, Search, describe_probe, search_largest
+
+    config = ProbeConfig.of("test_resnet", image_size=32)
+    assert config.smallest_micro_batch == 2 and ProbeConfig.of("test_vit", image_size=32).smallest_micro_batch == 1
+    tried = search_largest(lambda n: n <= 5, guess=1, smallest=2).trials
+    assert min(n for n, _ in tried) == 2
+    text = describe_probe(config, Budget(2**30, "test"), ProbeResult(2**30, Search(5, ())))
+    assert "starts at micro-batch 2" in text and "BatchNorm" in text
