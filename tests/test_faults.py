@@ -446,6 +446,26 @@ def test_a_second_runner_exits_2_naming_the_holder(tmp_path, capsys, keep_sigter
     assert not list(tmp_path.glob("smoke*"))  # nothing measured, nothing written
 
 
+def test_with_wait_a_second_runner_queues_behind_the_first(tmp_path, capsys):
+    import threading
+
+    held = threading.Event()
+
+    def first() -> None:
+        with runner_lock(tmp_path):
+            held.set()
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    held.wait()
+    began = time.monotonic()
+    with runner_lock(tmp_path, wait=True):
+        waited = time.monotonic() - began
+    thread.join()
+    assert waited > 0.2 and "waiting for the runner" in capsys.readouterr().err
+
+
 def test_a_stale_lock_of_a_dead_runner_is_taken_over(tmp_path, capsys):
     dead = 2**22 + 12345  # above the default pid_max: no process has it
     (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": dead, "host": os.uname().nodename,
