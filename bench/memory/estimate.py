@@ -44,20 +44,37 @@ CUDA_BLOCK_BYTES = 512
 # Same file: memory is reserved in segments of kSmallBuffer = 2 MiB (small pool) or rounded
 # to kRoundLarge = 2 MiB (large pool), so reserved memory is a whole number of 2 MiB.
 CUDA_SEGMENT_BYTES = 2 * MIB
-# aten/src/ATen/cuda/CublasHandlePool.cpp: the cuBLAS workspace defaults to 4096 KiB x 8 =
-# 32 MiB on sm90 (Hopper: H100, H200), ":4096:2:16:8" = 8 MiB + 128 KiB elsewhere; the
-# cuBLASLt workspace to 1024 KiB. Both come from the caching allocator, per (handle, stream),
-# and handles are per thread: the main thread runs forward and the optimizer, autograd's
-# device thread runs backward. The allowance takes Hopper's size, the larger.
-CUBLAS_WORKSPACE_BYTES = 32 * MIB
-CUBLASLT_WORKSPACE_BYTES = 1 * MIB
+# aten/src/ATen/cuda/CublasHandlePool.cpp (torch 2.14): the cuBLAS workspace defaults to ":4096:8" =
+# 32 MiB from compute capability 9.0 on (Hopper: H100, H200; Blackwell keeps it) and ":4096:2:16:8"
+# = 8 MiB + 128 KiB before; cuBLASLt shares cuBLAS's workspace (no second buffer). It comes from
+# the caching allocator, per (handle, stream), and handles are per thread: the main thread runs
+# forward and the optimizer, autograd's device thread runs backward.
 CUBLAS_THREADS = 2
-WORKSPACE_ALLOWANCE_BYTES = CUBLAS_THREADS * (CUBLAS_WORKSPACE_BYTES + CUBLASLT_WORKSPACE_BYTES)
+
+
+def cublas_workspace_bytes(capability: tuple[int, int] | None = None) -> int:
+    """cuBLAS's default workspace on a device of `capability` (None: not known, the larger size).
+
+    >>> cublas_workspace_bytes((9, 0)) // MIB, cublas_workspace_bytes((10, 0)) // MIB, cublas_workspace_bytes((8, 0))
+    (32, 32, 8519680)
+    """
+    if capability is None or capability >= (9, 0):
+        return 32 * MIB
+    return 2 * 4096 * 1024 + 8 * 16 * 1024
+
+
+def workspace_allowance_bytes(capability: tuple[int, int] | None = None) -> int:
+    """The estimate's workspace allowance: one cuBLAS workspace per thread that runs kernels."""
+    return CUBLAS_THREADS * cublas_workspace_bytes(capability)
+
+
+WORKSPACE_ALLOWANCE_BYTES = workspace_allowance_bytes()
+"""The allowance for a GPU not named (compute capability 9.0 or later: the larger)."""
 
 CUDA_MODEL = (
     "modelled: tensors of the runner's step (MemTracker, fake tensors), each rounded to the "
-    "allocator's 512-byte blocks; the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS+cuBLASLt workspace allowance "
-    f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB, Hopper defaults, 2 threads); reserved = allocated "
+    "allocator's 512-byte blocks; the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS workspace allowance (cuBLASLt shares it) "
+    f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB: the default from compute capability 9.0 on, 2 threads); reserved = allocated "
     "rounded up to 2 MiB segments (a lower bound)"
 )
 CUDA_UNMODELLED = (

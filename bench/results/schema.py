@@ -83,6 +83,8 @@ COLUMNS: dict[str, Column] = {
     "peak_memory_min_rank_bytes": Column("int", "peak_memory_bytes of the rank that peaked lowest"),
     "peak_allocated_bytes": Column("int", "CUDA max_memory_allocated over the measured steps"),
     "peak_reserved_bytes": Column("int", "CUDA max_memory_reserved over the measured steps"),
+    "expandable_segments": Column("bool", "CUDA: whether the caching allocator ran with expandable segments, from "
+                                          "its snapshot (torch.cuda.memory._snapshot); empty on CPU"),
     "peak_tracked_bytes": Column("int", "MemTracker peak over one traced step (tracked tensors only)"),
     "param_count": Column("int", "parameter elements (P)"),
     "params_bytes": Column("int", "parameter storage, measured from the tensors"),

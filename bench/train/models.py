@@ -36,6 +36,18 @@ def build_model(name: str, image_size: int, *, checkpointing: str = "off",
     return model.train()
 
 
+def has_batch_norm(name: str, image_size: int) -> bool:
+    """Whether the model normalises over the batch (BatchNorm), which cannot train on one sample
+    once a layer's output is 1x1: its per-channel statistics then have a single value.
+
+    >>> has_batch_norm("test_resnet", 32), has_batch_norm("test_vit", 32)
+    (True, False)
+    """
+    with torch.device("meta"):  # the layer types only: no weights allocated
+        model = _create(name, image_size)
+    return any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in model.modules())
+
+
 class _Checkpointed(torch.nn.Module):
     """One block whose activations are recomputed in backward instead of kept."""
 
