@@ -206,10 +206,10 @@ def test_every_shipped_grid_still_loads():
 # --- bad command-line input --------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [
-    ["cost", "results/resnet50/cpu-intel-xeon-processor", "--epochs", "nan"],
-    ["cost", "results/resnet50/cpu-intel-xeon-processor", "--epochs", "inf"],
-    ["cost", "results/resnet50/cpu-intel-xeon-processor", "--headroom", "-inf"],
-    ["plan", "results/resnet50/cpu-intel-xeon-processor", "--model", "resnet50", "--effective-batch", "x"],
+    ["cost", "results/resnet50/cpu-amd-epyc", "--epochs", "nan"],
+    ["cost", "results/resnet50/cpu-amd-epyc", "--epochs", "inf"],
+    ["cost", "results/resnet50/cpu-amd-epyc", "--headroom", "-inf"],
+    ["plan", "results/resnet50/cpu-amd-epyc", "--model", "resnet50", "--effective-batch", "x"],
     ["run", "experiments/smoke.toml", "--timeout-s", "nan"],
     ["run", "experiments/smoke.toml", "--memory-limit-gib", "inf"],
     ["probe", "test_resnet", "--memory-gib", "nan"],
@@ -276,15 +276,15 @@ def _corruptions(header: list[str], line: str) -> dict[str, bytes]:
 
 
 def _corrupt_folder(tmp_path: Path, corruption: str) -> tuple[Path, Path]:
-    """A results root holding the committed claims_strategies rows under this machine's device tag, with
+    """A results root holding the committed claims_leak rows under this machine's device tag, with
     one corruption; returns (root, runs file)."""
-    source = REPO / "results" / "claims_strategies" / "cpu-intel-xeon-processor" / "runs.csv"
+    source = REPO / "results" / "claims_leak" / "cpu-amd-epyc" / "runs.csv"
     text = source.read_text()
     lines = text.splitlines()
     bad = _corruptions(lines[0].split(","), lines[1])[corruption]
     corrupted = (bad + "\n" + "\n".join(lines[1:]) + "\n") if corruption == "unknown column" else text + bad + "\n"
     root = tmp_path / "results"
-    runs = root / "claims_strategies" / detect_device("cpu").tag / "runs.csv"
+    runs = root / "claims_leak" / detect_device("cpu").tag / "runs.csv"
     runs.parent.mkdir(parents=True)
     runs.write_text(corrupted)
     return root, runs

@@ -148,7 +148,7 @@ class RunsFile:
             print(note, file=sys.stderr)
         current = read_text(self.path, self.schema)
         existing = current.rows
-        name = tuple(_cell_text(row.get(column)) for column in self.key)
+        name = tuple(cell_text(row.get(column)) for column in self.key)
         try:
             if any(tuple(old[column] for column in self.key) == name for old in existing):
                 kept = [old for old in existing if tuple(old[column] for column in self.key) != name]
