@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead charts equivalence cost estimate estimate-speed claims clean
+.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead charts equivalence cost estimate estimate-speed predict predict-speed predict-fit predict-validate claims clean
 
 install: $(STAMP)
 
@@ -50,7 +50,7 @@ bench-overhead: install
 
 # Every results folder's charts and REPORT.md, regenerated from its rows (estimates get their chart only:
 # they are not measurements), and the equivalence study's tables from its CSV.
-MEASURED_RUNS = $(filter-out results/%/estimate/runs.csv,$(wildcard results/*/*/runs.csv))
+MEASURED_RUNS = $(filter-out results/%/estimate/runs.csv results/%/predicted/runs.csv,$(wildcard results/*/*/runs.csv))
 ESTIMATE_RUNS = $(filter-out results/claims_autotune/%,$(wildcard results/*/estimate/runs.csv))
 RESULT_FOLDERS = $(sort $(dir $(MEASURED_RUNS)) $(dir $(ESTIMATE_RUNS)) $(dir $(wildcard results/equivalence/*/equivalence.csv)))
 charts: install
@@ -75,6 +75,23 @@ estimate: install
 # Seconds per estimated cell: ViT-L/16 at micro-batch 32 (target <= 10 s on 2 cores).
 estimate-speed: install
 	$(BIN)/python scripts/estimate_speed.py
+
+# The throughput model (docs/speed.md): every shipped study's cells predicted on every catalog GPU ->
+# results/<experiment>/predicted/ (runs.csv + accumulation.csv), without a GPU.
+predict: install
+	$(BIN)/bench predict experiments/resnet50.toml experiments/vit_b16.toml experiments/vit_l16.toml
+
+# Seconds to predict one ViT-L/16 cell on every catalog GPU (target <= 10 s on 2 cores).
+predict-speed: install
+	$(BIN)/python scripts/predict_speed.py
+
+# Refit the throughput model on the committed reference traces (bench/data/speed_params.json, reproducible),
+# then its leave-one-family-out validation (docs/speed/).
+predict-fit: install
+	$(BIN)/bench predict --fit
+
+predict-validate: install
+	$(BIN)/bench predict --validate
 
 # The seed articles' claims: the claims grids (resume: only missing cells run), the estimator's
 # 224 px memory for the grids whose claims accept it (redone when a grid file changes), then

@@ -1,8 +1,6 @@
 """`python -m bench ...` is the `bench` command."""
 
-import sys
-
-from bench.cli import main
+from bench.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

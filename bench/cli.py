@@ -36,12 +36,26 @@ examples:
   bench estimate experiments/resnet50.toml    predicted peak memory of every cell, no GPU needed
   bench run experiments/smoke.toml            measure a tiny grid (seconds) -> results/smoke/<device>/
   bench report results/smoke/*/               charts and REPORT.md from the rows
-  bench plan results/resnet50/* --model resnet50 --effective-batch 128 --allow-cpu-projection
+  bench plan resnet50 --effective-batch 1024 --image-size 224
                                               cheapest instance x configuration per training run
+                                              (memory estimated, speed predicted: no rows needed)
   bench probe resnet50 --gpu H100-80GB --format json | python -m json.tool
 
 Every command takes --help; the README and docs/ in the repository explain the rest.
 """
+
+EXIT_INTERRUPTED = 130
+
+
+def entry() -> None:
+    """The `bench` command: `main`, then exit. An interrupted run exits at once: its rows are on disk
+    and its cell is killed, and tearing torch down would take seconds more."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `bench list ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

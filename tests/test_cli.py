@@ -16,7 +16,7 @@ from conftest import REPO
 from bench.cli import _log_warnings, _parser, main, subcommand_parsers
 from bench.errors import MissingExtra
 
-RESNET_CPU_ROWS = REPO / "results" / "resnet50" / "cpu-intel-xeon-processor"
+RESNET_CPU_ROWS = REPO / "results" / "resnet50" / "cpu-amd-epyc"
 
 
 @pytest.fixture(autouse=True)

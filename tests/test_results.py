@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import read_rows
 
-import bench.results.store
+import bench.results.read
 from bench.results.store import ResultsFileError, RunsFile
 
 OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
@@ -13,7 +13,7 @@ NEW = {**OLD, "world_size": "axis added later", "allreduce_ms": "measurement add
 
 
 def test_an_older_file_reads_with_new_axes_at_their_default_and_is_upgraded_on_write(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.results.store, "extra_axis_defaults", lambda: {"world_size": 1})
+    monkeypatch.setattr(bench.results.read, "extra_axis_defaults", lambda: {"world_size": 1})
     path = tmp_path / "runs.csv"
     RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
 

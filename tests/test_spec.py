@@ -105,7 +105,7 @@ BAD = [
     ("wrong type", "effective_batch = 4", 'effective_batch = "four"', "grid.effective_batch", "integer"),
     ("non-positive", "measured_steps = 2", "measured_steps = 0", "run.measured_steps", "greater than 0"),
     ("pair product", "pairs = [[4, 1], [2, 2]]", "pairs = [[4, 1], [2, 3]]", "grid.pairs", "not effective_batch = 4"),
-    ("unknown precision", 'precision = ["fp32"]', 'precision = ["fp8"]', "grid.precision[0]", "'fp32', 'bf16' or 'fp16'"),
+    ("unknown precision", 'precision = ["fp32"]', 'precision = ["fp8"]', "grid.precision[0]", "'fp32', 'bf16', 'fp16' or 'tf32'"),
     ("unknown model", 'model = ["test_vit"]', 'model = ["resnet_50"]', "grid.model[0]", "did you mean"),
     ("checkpointing mode", 'precision = ["fp32"]', 'precision = ["fp32"]\ncheckpointing = ["last-0"]',
      "grid.checkpointing[0]", "last-[1-9]"),

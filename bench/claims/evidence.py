@@ -24,8 +24,9 @@ from bench.claims.autotune import AUTOTUNE_COLUMNS
 from bench.claims.autotune import EXPERIMENT as AUTOTUNE_EXPERIMENT
 from bench.equivalence.study import CSV_NAME as EQUIVALENCE_CSV
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
-from bench.results.read import read_runs
+from bench.results.read import read_runs, read_text
 from bench.results.schema import COLUMNS, Column
+from bench.speed.predict import PREDICTED_FOLDER
 
 Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic"]
 USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated", "equivalence": "ok", "arithmetic": "ok"}
@@ -95,6 +96,13 @@ class Rows:
         return f"the row with {wanted} is {row.status}{reason}"
 
 
+def check_runs_files(paths: list[Path]) -> None:
+    """Read every runs file the claims may use, each against its schema: a corrupt one is one line now,
+    before minutes of estimating and evaluating."""
+    for runs in paths:
+        read_text(runs, _schema(runs))
+
+
 def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
     """Every source with rows for `experiment`; of several GPUs (or CPUs), the first tag by name.
 
@@ -107,6 +115,8 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
         return _equivalence_rows(results_root)
     found: dict[Source, Rows] = {}
     for runs in sorted(Path(results_root, experiment).glob("*/runs.csv")):
+        if runs.parent.name == PREDICTED_FOLDER:  # the throughput model's rows: no claim reads a prediction
+            continue
         frame = read_runs(runs, _schema(runs))
         if frame.empty:
             continue

@@ -10,6 +10,7 @@ from bench.commands import (
     money,
     peak,
     report,
+    speed,
 )
 
-GROUPS = (grids, data, report, money, catalog, memory, equivalence, claims, peak)
+GROUPS = (grids, data, report, money, catalog, memory, speed, equivalence, claims, peak)

@@ -23,6 +23,7 @@ def run_claims(args: argparse.Namespace) -> int:
         ensure_autotune_rows,  # late: pandas and the estimator only here
     )
     from bench.claims.evaluate import evaluate, table_folder
+    from bench.claims.evidence import check_runs_files
     from bench.claims.registry import CLAIMS
     from bench.claims.table import write_claims
     from bench.report.console import steps
@@ -31,6 +32,7 @@ def run_claims(args: argparse.Namespace) -> int:
     if not any(path.parts[-3] != "claims_autotune" for path in measured):
         raise ResultsFileError(f"--results {args.results}: no claims rows (claims_*/<device-tag>/runs.csv) "
                                "under it; run `make claims` (or `bench run experiments/claims/*.toml`) first")
+    check_runs_files(measured)
     with answer_only(args.format == "json"), steps(len(CLAIMS) + 1, INTERACTIVE, "claims") as step:
         step.advance("autotune rows")
         step.say(f"autotune rows: {ensure_autotune_rows(args.results)}")

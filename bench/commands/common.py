@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
@@ -10,8 +11,16 @@ def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", he
                         help=help or "auto: CUDA if present, else the CPU profile")
 
 
-def positive(text: str) -> float:
+def finite(text: str) -> float:
+    """A number, NaN and infinities refused (`--epochs nan` would price a run at NaN dollars)."""
     value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive(text: str) -> float:
+    value = finite(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
@@ -25,14 +34,14 @@ def positive_int(text: str) -> int:
 
 
 def fraction(text: str) -> float:
-    value = float(text)
+    value = finite(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
 
 
 def non_negative(text: str) -> float:
-    value = float(text)
+    value = finite(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value

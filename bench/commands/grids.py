@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.commands.common import add_device_option, positive, positive_int
 from bench.commands.formats import add_format_option, emit, grid_document
-from bench.grid.spec import Grid, load_grid, require_precisions
+from bench.grid.spec import MAX_CELLS, Grid, load_grid, require_precisions
 from bench.measure.device import DeviceInfo, detect_device
 
 
@@ -40,21 +40,26 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="job time limit in minutes (default: the cell's time limit + 10)")
     run.add_argument("--slurm-folder", type=Path,
                      help="submitit's job folder, shared with the nodes (default: RESULTS/slurm_jobs)")
+    run.add_argument("--wait", action="store_true",
+                     help="when another runner holds the results folder, wait for it instead of exiting")
     run.add_argument("--data-dir", type=Path,
                      help="ImageFolder tree (DIR/<class>/<image>.JPEG) the loader inputs read (default: the generated "
                           "ImageNet-like set, made once into the cache folder: bench data make)")
 
     for sub in (listing, run):
         sub.add_argument("files", nargs="+", type=Path, metavar="FILE", help="grid file (TOML)")
+        sub.add_argument("--max-cells", type=positive_int, default=MAX_CELLS,
+                         help=f"refuse a grid of more cells than this (default: {MAX_CELLS:,})")
         add_device_option(sub)
 
 
 def list_cells(args: argparse.Namespace) -> int:
     if args.profile is None:
         device = detect_device(args.device)
-        grids, where = load_for_device(args.files, device), f"on {device.type} ({device.name})"
+        grids, where = load_for_device(args.files, device, args.max_cells), f"on {device.type} ({device.name})"
     else:  # a listing runs nothing: any profile on any machine
-        grids, where = [load_grid(path, args.profile) for path in args.files], "(asked for with --profile)"
+        grids, where = ([load_grid(path, args.profile, max_cells=args.max_cells) for path in args.files],
+                        "(asked for with --profile)")
     if args.format == "json":
         emit("list", {"grids": [grid_document(grid) for grid in grids]})
         return 0
@@ -71,6 +76,7 @@ def run_grids(args: argparse.Namespace) -> int:
         grid_progress,
         summary_table,
     )
+    from bench.results.lock import runner_lock
     from bench.run.executors import SlurmOptions, target_device
     from bench.run.grid_runner import RunOptions, results_dir, run_grid
 
@@ -80,22 +86,25 @@ def run_grids(args: argparse.Namespace) -> int:
                          gpus_per_node=args.slurm_gpus_per_node, cpus_per_task=args.slurm_cpus_per_task,
                          time_min=args.slurm_time_min)
     device = target_device(args.device, args.executor, slurm)  # a compute node's under SLURM
-    grids = load_for_device(args.files, device)  # every file validated before anything is written
+    grids = load_for_device(args.files, device, args.max_cells)  # every file validated before anything is written
     data = data_for(grids, args.data_dir)  # so is the data dir
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
                          timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,
                          executor=args.executor, slurm=slurm, data=data)
     for grid in grids:
-        folder = results_dir(grid, device, args.results)
-        console.print(f"[bold]{grid.name}[/]: {len(grid.cells)} cells, profile [bold]{grid.profile}[/] "
-                      f"on {device.type} ({device.name}, {device.threads} threads) -> {folder}/runs.csv")
-        if grid.profile_description:
-            console.print(f"  profile {grid.profile}: {grid.profile_description}")
-        with grid_progress(grid.name) as (on_start, on_row):
-            rows = run_grid(grid, device, options, on_row=on_row, on_start=on_start)
-        console.print(summary_table(f"{grid.name} on {device.name} (profile {grid.profile})", rows))
-        if grid.profile == "cpu":
-            _cpu_profile_scope(grid, folder)
+        results_dir(grid, device, args.results)  # every grid's folder name checked before anything runs
+    with runner_lock(args.results, wait=args.wait):  # one runner per results folder
+        for grid in grids:
+            folder = results_dir(grid, device, args.results)
+            console.print(f"[bold]{grid.name}[/]: {len(grid.cells)} cells, profile [bold]{grid.profile}[/] "
+                          f"on {device.type} ({device.name}, {device.threads} threads) -> {folder}/runs.csv")
+            if grid.profile_description:
+                console.print(f"  profile {grid.profile}: {grid.profile_description}")
+            with grid_progress(grid.name) as (on_start, on_row):
+                rows = run_grid(grid, device, options, on_row=on_row, on_start=on_start)
+            console.print(summary_table(f"{grid.name} on {device.name} (profile {grid.profile})", rows))
+            if grid.profile == "cpu":
+                _cpu_profile_scope(grid, folder)
     return 0
 
 
@@ -132,10 +141,10 @@ def data_for(grids: list[Grid], data_dir: Path | None):
     return data
 
 
-def load_for_device(files: list[Path], device: DeviceInfo) -> list[Grid]:
+def load_for_device(files: list[Path], device: DeviceInfo, max_cells: int = MAX_CELLS) -> list[Grid]:
     """Every file loaded under the device's profile and checked against its precisions."""
     profile = "cuda" if device.type == "cuda" else "cpu"
-    grids = [load_grid(path, profile) for path in files]
+    grids = [load_grid(path, profile, max_cells=max_cells) for path in files]
     for grid in grids:
         require_precisions(grid, device.precisions, device.name)
     return grids

@@ -16,18 +16,33 @@ from bench.errors import OptionError
 def register(commands: argparse._SubParsersAction) -> None:
     cost = commands.add_parser("cost", help="dollars per run of every measured row on every catalog instance")
     cost.set_defaults(handler=price_folders)
-    plan = commands.add_parser("plan", help="rank instance x configuration by dollars per run for a target batch")
+    plan = commands.add_parser("plan", help="rank instance x configuration by dollars per run for a target batch "
+                                            "(measured rows where given, the throughput model elsewhere)")
     plan.set_defaults(handler=plan_run)
-    plan.add_argument("--model", required=True, help="timm model name, as in the rows")
+    plan.add_argument("--model", help="timm model name, as in the rows (or give it first: bench plan MODEL ...)")
     plan.add_argument("--effective-batch", type=positive_int, required=True, help="samples per optimizer step, all GPUs")
     plan.add_argument("--image-size", type=positive_int, help="only rows at this image size")
     plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
     plan.add_argument("--deadline-hours", type=positive, help="leave out options taking longer per run")
     plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")
     plan.add_argument("--top", type=positive_int, default=10, help="options to print (default 10)")
+    plan.add_argument("--gpu", action="append", default=[], metavar="KEY",
+                      help="only instances with this catalog GPU (repeatable; default: every GPU)")
+    plan.add_argument("--precision", action="append", choices=("bf16", "fp16", "tf32", "fp32"), default=[],
+                      help="precisions to predict (repeatable; default bf16, fp16, tf32)")
+    plan.add_argument("--checkpointing", action="append", choices=("off", "full"), default=[],
+                      help="checkpointing modes to predict (repeatable; default off)")
+    plan.add_argument("--optimizer", choices=("adamw", "sgd", "adamw8bit"), default="adamw",
+                      help="optimizer of the predicted options (default adamw)")
+    plan.add_argument("--predict", choices=("auto", "always", "never"), default="auto",
+                      help="throughput-model options: auto (when the rows hold no GPU row of the model: measured "
+                           "rows win), always (beside the measured ones), never (default auto)")
+    cost.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR",
+                      help="results/<experiment>/<device-tag> folder with a runs.csv (a predicted/ folder too)")
+    plan.add_argument("folders", nargs="*", type=Path, metavar="RESULTS_DIR",
+                      help="results folders whose rows are priced too (optional: without any, every option is "
+                           "predicted)")
     for sub in (cost, plan):
-        sub.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR",
-                         help="results/<experiment>/<device-tag> folder with a runs.csv")
         sub.add_argument("--dataset-size", type=positive_int, default=1_281_167,
                          help="samples per epoch (default: ImageNet-1k train, 1,281,167)")
         sub.add_argument("--epochs", type=positive, default=90.0, help="epochs per run (default 90)")
@@ -84,23 +99,88 @@ def plan_run(args: argparse.Namespace) -> int:
     from bench.cost.outputs import load_ok_rows, plan_text
     from bench.report.console import steps
 
+    model, folders = _model_and_folders(args)
     described, instances = _catalog(args)
-    with answer_only(args.format == "json"), steps(len(args.folders) + 1, INTERACTIVE, "plan") as step:
+    instances = _only_gpus(instances, args.gpu)
+    with answer_only(args.format == "json"), steps(len(folders) + 1, INTERACTIVE, "plan") as step:
         rows = []
-        for folder in args.folders:
+        for folder in folders:
             step.advance(f"reading {folder}")
             rows += load_ok_rows(folder)
-        request = PlanRequest(model=args.model, effective_batch=args.effective_batch, workload=_workload(args),
-                              image_size=args.image_size, budget_usd=args.budget_usd,
+        measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
+        image_size = args.image_size or (None if measured_gpu else 224)
+        if args.predict == "always" or (args.predict == "auto" and not measured_gpu):
+            rows += _predicted_rows(args, model, image_size or _measured_size(rows, model), instances)
+        request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
+                              image_size=image_size, budget_usd=args.budget_usd,
                               deadline_hours=args.deadline_hours, spot=args.spot)
         step.advance(f"pricing {len(rows)} rows x {len(instances)} instances")
         plan = make_plan(rows, instances, request, _assumptions(args))
-        loader = _loader_costs(args, args.folders)
+        loader = _loader_costs(args, folders)
     if args.format == "json":
         emit("plan", plan_document(plan, described, args.top, loader[0]))
     else:
         print(plan_text(plan, described, args.top, *loader))
     return 0 if plan.options else 1
+
+
+def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
+    """`bench plan MODEL [RESULTS_DIR...]`, or `bench plan --model MODEL RESULTS_DIR...`."""
+    from bench.grid.spec import timm_model_problem
+
+    items = list(args.folders)
+    if args.model is None:
+        if not items or items[0].is_dir():
+            raise OptionError("MODEL: give the timm model first (bench plan MODEL --effective-batch N "
+                              "[RESULTS_DIR...]) or --model")
+        model, items = str(items.pop(0)), items
+    else:
+        model = args.model
+    if args.predict != "never":
+        problem = timm_model_problem(model)
+        if problem:
+            raise OptionError(f"MODEL: {problem}")
+    return model, items
+
+
+def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
+    from bench.measure.hardware import gpu_keys
+
+    unknown = [gpu for gpu in gpus if gpu not in gpu_keys()]
+    if unknown:
+        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; known: {', '.join(gpu_keys())}")
+    return tuple(i for i in instances if not gpus or i.gpu in gpus)
+
+
+def _measured_size(rows: list, model: str) -> int:
+    sizes = sorted({row.image_size for row in rows if row.model == model})
+    return sizes[0] if len(sizes) == 1 else 224
+
+
+def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, instances: tuple[Instance, ...]) -> list:
+    import time
+
+    from bench.cost.predicted import (
+        DEFAULT_PRECISIONS,
+        MEMORY_METHOD,
+        PlanCandidates,
+        Progress,
+        predicted_plan_rows,
+    )
+
+    began = time.monotonic()
+    gpus = tuple(sorted({instance.gpu for instance in instances}))
+    candidates = PlanCandidates(model=model, image_size=image_size, effective_batch=args.effective_batch, gpus=gpus,
+                                precisions=tuple(args.precision) or DEFAULT_PRECISIONS,
+                                checkpointing=tuple(args.checkpointing) or ("off",), optimizer=args.optimizer,
+                                headroom=args.headroom)
+    progress = Progress()
+    rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)
+    refused = "; ".join(f"{count} {why}" for why, count in progress.refused.items())
+    print(f"  predicted {len(rows)} options on {len(gpus)} GPUs in {time.monotonic() - began:.1f} s"
+          + (f" (not predicted: {refused})" if refused else ""))
+    print(f"  {MEMORY_METHOD}")
+    return rows
 
 
 def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.errors import ResultsFileError
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser("report", help="regenerate charts and REPORT.md from results folders")
@@ -20,8 +22,12 @@ def build_reports(args: argparse.Namespace) -> int:
     from bench.memory.estimate_grid import ESTIMATE_FOLDER
     from bench.report import build_report
     from bench.report.estimate_chart import write_estimate_chart
+    from bench.speed.predict import PREDICTED_FOLDER
 
     for folder in args.folders:
+        if folder.name == PREDICTED_FOLDER:
+            raise ResultsFileError(f"{folder}: predicted rows (bench predict), not measurements: nothing to report; "
+                                   "bench predict writes their accumulation.csv, bench cost prices them")
         if (folder / CSV_NAME).is_file():  # an equivalence study's folder holds its CSV, not a runs file
             written = write_study_tables(folder)
         elif folder.name == ESTIMATE_FOLDER:  # estimates: their chart (no report: nothing was measured)

@@ -14,7 +14,7 @@ import calendar
 import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, timezone
 from importlib import resources
 from pathlib import Path
 
@@ -62,7 +62,7 @@ class Instance(BaseModel):
         (True, 4.096575)
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     provider: str = Field(min_length=1)
     instance: str = Field(min_length=1)
@@ -91,6 +91,20 @@ class Instance(BaseModel):
         if spec is not None and memory_gb != spec.memory_gib:
             raise ValueError(f"{memory_gb:g} disagrees with the GPU catalog's {spec.gpu} ({spec.memory_gib:g})")
         return memory_gb
+
+    @field_validator("observed", "valid_until")
+    @classmethod
+    def _a_real_past_date(cls, text: str | None) -> str | None:
+        if text is None:
+            return None
+        try:
+            when = observed_date(text)
+        except ValueError:
+            raise ValueError("not a calendar date (YYYY-MM or YYYY-MM-DD)") from None
+        today = datetime.now(timezone.utc).date()
+        if when > today:
+            raise ValueError(f"after today ({today.isoformat()}): a price cannot be observed in the future")
+        return text
 
     @model_validator(mode="after")
     def _valid_after_observed(self) -> Instance:

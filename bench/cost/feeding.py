@@ -60,7 +60,9 @@ class LoaderCost:
 
 def load_loader_costs(folders: list[Path]) -> list[LoaderCost]:
     """The loader costs of the ok loader rows (decoded on the CPU) in `folders`' runs files."""
-    frames = [read_runs(Path(folder) / "runs.csv") for folder in folders if (Path(folder) / "runs.csv").is_file()]
+    # A predictions folder (`bench predict`) has no loader rows: nothing measured a loader there.
+    frames = [read_runs(Path(folder) / "runs.csv") for folder in folders
+              if (Path(folder) / "runs.csv").is_file() and Path(folder).name != "predicted"]
     return loader_costs(pd.concat(frames, ignore_index=True)) if frames else []
 
 

@@ -27,6 +27,7 @@ from bench.cost.price import Assumptions, CostLine, CostTable, MeasuredRow, Work
 from bench.errors import ResultsFileError
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs, records
+from bench.results.schema import COLUMNS as RUNS_COLUMNS
 from bench.units import GIB
 
 # The header of cost.csv comes from this list. Units are in the names.
@@ -74,7 +75,7 @@ def line_feeding(line: CostLine, costs: list[LoaderCost]) -> tuple[Feeding, Load
 
 
 def load_ok_rows(folder: Path) -> list[MeasuredRow]:
-    """The status-ok rows of `folder/runs.csv`.
+    """The status-ok rows of `folder/runs.csv`, and the predicted rows of a `bench predict` folder.
 
     Raises ResultsFileError when the folder has no runs file.
     """
@@ -82,8 +83,16 @@ def load_ok_rows(folder: Path) -> list[MeasuredRow]:
     if not runs.is_file():
         raise ResultsFileError(f"{folder}: no runs.csv here; pass a results folder such as "
                                f"results/<experiment>/<device-tag>")
-    rows = read_runs(runs)
-    return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status == "ok"])]
+    rows = read_runs(runs, _runs_schema(runs))
+    return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status.isin(("ok", "predicted"))])]
+
+
+def _runs_schema(runs: Path) -> dict:
+    """The schema of a runs file: the runner's, or the predictions' (a superset, `bench predict`)."""
+    if runs.parent.name != "predicted":
+        return RUNS_COLUMNS
+    from bench.speed.predict import PREDICTED_COLUMNS  # late: fake tensors only for predicted folders
+    return PREDICTED_COLUMNS
 
 
 def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost] | None = None) -> dict[str, object]:

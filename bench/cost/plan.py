@@ -33,7 +33,7 @@ class PlanError(BadInput):
 
 
 # Better evidence first: a GPU measurement, then a projection from one, then from a CPU profile.
-_EVIDENCE = {"measured": 0, "projected_from_gpu": 1, "projected_from_cpu_profile": 2}
+_EVIDENCE = {"measured": 0, "projected_from_gpu": 1, "projected_from_cpu_profile": 2, "predicted": 3}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,12 +90,22 @@ class Option:
                 f"ckpt-{row.checkpointing} {row.optimizer}")
 
     @property
+    def basis_text(self) -> str:
+        """The speed's basis: `measured`, `projected_from_gpu`, ... or the throughput model's version and error."""
+        return self.line.row.speed_basis if self.line.basis == "predicted" else self.line.basis or ""
+
+    @property
     def evidence(self) -> str:
-        """The speed's basis, plus the re-split accumulation when there is one."""
+        """The speed's basis, plus the re-split accumulation when there is one (and a predicted row's memory fit)."""
         row = self.line.row
-        text = self.line.basis or ""
+        text = self.basis_text
+        how = "measured"
+        if self.line.basis == "predicted":
+            memory = self.line.memory
+            text += f"; memory {memory.required_bytes / 2**30:.1f} of {memory.capacity_bytes / 2**30:g} GiB"
+            how = "predicted"
         if self.accum_steps_per_gpu != row.accum_steps:
-            text += f"; measured at {row.micro_batch}x{row.accum_steps}, speed and memory assumed the same"
+            text += f"; {how} at {row.micro_batch}x{row.accum_steps}, speed and memory assumed the same"
         return text
 
 
@@ -152,6 +162,8 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
             left_out["CPU-profile rows, not projected to GPUs (--allow-cpu-projection)"] += 1
             continue
         for instance in instances:
+            if not row.serves(instance.gpu):
+                continue
             option = _option(row, instance, request, assumptions, measured, left_out)
             if option is not None:
                 key = (instance, option.configuration)
@@ -202,7 +214,7 @@ def explain(options: tuple[Option, ...]) -> str:
         return "nothing fits the request"
     winner = options[0]
     head = (f"{winner.line.instance.label}, {winner.configuration}: ${winner.usd_per_run:,.2f} "
-            f"{winner.usd_basis} for {winner.hours_per_run:,.1f} h ({winner.line.basis})")
+            f"{winner.usd_basis} for {winner.hours_per_run:,.1f} h ({winner.basis_text})")
     if len(options) == 1:
         return f"{head}: the only option that fits"
     runner = options[1]

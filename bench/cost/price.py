@@ -8,7 +8,9 @@ Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
   row's precision, over the row's model FLOPs per sample. It assumes the MFU carries over;
   the assumption names the peak and memory-bandwidth ratios between the two GPUs;
 - `projected_from_cpu_profile`: the same arithmetic from a row measured on a CPU at its
-  profile's reduced size. Refused unless asked for, and labelled: never a GPU measurement.
+  profile's reduced size. Refused unless asked for, and labelled: never a GPU measurement;
+- `predicted`: a row of the throughput model (`bench predict`, status `predicted`), one per GPU,
+  priced only on instances with that GPU; its line says the model's version and validation error.
 
 A multi-GPU instance runs data parallel, each GPU running the measured configuration
 (global batch = effective_batch x GPUs): its samples/s = per-GPU x GPUs x scaling efficiency.
@@ -31,7 +33,7 @@ from bench.units import GIB
 IMAGENET_1K_TRAIN_IMAGES = 1_281_167
 SECONDS_PER_HOUR = 3600
 
-Basis = Literal["measured", "projected_from_gpu", "projected_from_cpu_profile"]
+Basis = Literal["measured", "projected_from_gpu", "projected_from_cpu_profile", "predicted"]
 Status = Literal["priced", "does_not_fit", "no_peak", "no_mfu"]
 
 
@@ -110,13 +112,17 @@ class MeasuredRow:
     """Global samples/s over world_size x the 1-process row's, measured (world_size > 1)."""
     input: str = "synthetic"
     """Where the row's micro-batches came from; a loader row's speed includes this host's input pipeline."""
+    predicted_gpu: str | None = None
+    """A predicted row's GPU (catalog key): its speed holds on that GPU only. None: a measured row."""
+    speed_basis: str = ""
+    """A predicted row's basis in words: `predicted (model v1, validation median error 14.2 %)`."""
 
     @classmethod
     def from_runs_row(cls, row: Mapping[str, object]) -> MeasuredRow:
         """One row of `results/<experiment>/<device-tag>/runs.csv` as typed values, None where empty
-        (`bench.results.read.records`); its status must be ok."""
-        if row["status"] != "ok":
-            raise ValueError(f"{row['cell_id']}: status {row['status']}, only ok rows carry measurements")
+        (`bench.results.read.records`); its status must be ok (or predicted, a `bench predict` row)."""
+        if row["status"] not in ("ok", "predicted"):
+            raise ValueError(f"{row['cell_id']}: status {row['status']}, only ok and predicted rows carry a speed")
 
         def number(column: str) -> float | None:
             value = row.get(column)
@@ -134,7 +140,9 @@ class MeasuredRow:
                    peak_reserved_bytes=None if reserved is None else int(reserved),
                    memory_source=row["memory_source"], world_size=int(row["world_size"] or 1),
                    ddp_sync=row["ddp_sync"] or "no_sync", scaling_efficiency=number("scaling_efficiency"),
-                   input=row.get("input") or "synthetic")
+                   input=row.get("input") or "synthetic",
+                   predicted_gpu=row.get("gpu") if row["status"] == "predicted" else None,
+                   speed_basis=row.get("speed_basis") or "")
 
     @property
     def effective_batch(self) -> int:
@@ -162,8 +170,15 @@ class MeasuredRow:
         """The GPU catalog row of the device that measured this row; None on a CPU or an unknown GPU."""
         return None if self.on_cpu else find_gpu(self.device_name)
 
+    def serves(self, gpu: str) -> bool:
+        """Whether the row's speed can be priced on `gpu`: a predicted row only on its own GPU."""
+        return self.predicted_gpu is None or self.predicted_gpu == gpu
+
     def memory_peak(self) -> tuple[int, str]:
         """(bytes, what they are): CUDA reserved when present, else `peak_memory_bytes`."""
+        if self.memory_source.startswith("estimate"):
+            return (self.peak_reserved_bytes or self.peak_memory_bytes,
+                    "estimated (fake-tensor trace, bench estimate; reserved, a lower bound)")
         if self.peak_reserved_bytes is not None:
             return self.peak_reserved_bytes, "cuda_reserved (max_memory_reserved)"
         if self.memory_source == "tracked_tensors":
@@ -282,6 +297,10 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
         >>> speed.basis, round(speed.samples_per_s)
         ('projected_from_gpu', 16081)
     """
+    if row.predicted_gpu is not None:
+        if row.predicted_gpu != gpu.gpu:
+            return "no_peak", f"predicted for {row.predicted_gpu}, not {gpu.gpu}"
+        return GpuSpeed(row.samples_per_s, "predicted", row.speed_basis or "predicted")
     measured = row.measured_gpu
     if measured is not None and measured.gpu == gpu.gpu:
         return GpuSpeed(row.samples_per_s, "measured", f"measured on {row.device_name}")
@@ -439,5 +458,6 @@ def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workloa
         if row.on_cpu and not assumptions.allow_cpu_projection:
             refused.append(Refusal(row, cpu_refusal(row)))
             continue
-        lines.extend(price_line(row, instance, workload, assumptions, measured) for instance in instances)
+        lines.extend(price_line(row, instance, workload, assumptions, measured) for instance in instances
+                     if row.serves(instance.gpu))
     return CostTable(tuple(lines), tuple(refused), workload, assumptions)

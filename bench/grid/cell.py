@@ -16,7 +16,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cache
 from typing import Any, Literal
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["fp32", "bf16", "fp16", "tf32"]
+Attention = Literal["sdpa", "eager"]
 CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]*)$"
 """Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks)."""
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
@@ -48,6 +49,8 @@ class Axis:
     """Added after results were committed: in the cell id only when away from its default."""
     minimum: int | None = None
     """Smallest allowed value of a whole-number axis."""
+    maximum: int | None = None
+    """Largest allowed value of a whole-number axis (a bound on what a grid file may ask for)."""
     pattern: str | None = None
     """Regular expression a text axis must match (its values are not a fixed list)."""
     step_option: bool = False
@@ -83,10 +86,11 @@ class Cell:
     experiment: str = described("grid name (experiment.name)")
     profile: Profile = described("cuda (the grid as written) or cpu (its CPU profile)")
     model: str = axis("timm model name, random init")
-    image_size: int = axis("square input side, pixels", minimum=1)
+    image_size: int = axis("square input side, pixels (at most 4096)", minimum=1, maximum=4096)
     micro_batch: int = described("samples per forward/backward")
     accum_steps: int = described("micro-batches per optimizer step (K)")
-    precision: Precision = axis("fp32 (TF32 off) | bf16 (autocast) | fp16 (autocast + GradScaler)")
+    precision: Precision = axis("fp32 (TF32 off) | bf16 (autocast) | fp16 (autocast + GradScaler) | tf32 (fp32 "
+                                "storage, TF32 matmuls and convolutions)")
     checkpointing: str = axis("off | full (timm set_grad_checkpointing) | last-<N> (the last N blocks)",
                               grid_default="off", pattern=CHECKPOINTING_PATTERN)
     optimizer: OptimizerName = axis("adamw | adamw8bit (bitsandbytes) | sgd (momentum 0.9)", grid_default="adamw")
@@ -98,7 +102,7 @@ class Cell:
     # Axes added after the first results were committed go below, each `extra=True` with a
     # default: at its default it stays out of the id, so old ids stay valid.
     world_size: int = axis("processes training together (DDP through torchrun, gloo on CPU, NCCL on CUDA); 1: no DDP",
-                           default=1, extra=True, minimum=1, probe_option=False)
+                           default=1, extra=True, minimum=1, maximum=1024, probe_option=False)
     ddp_sync: DdpSync = axis("no_sync (all-reduce on the last micro-step only) | every_step (on every micro-step)",
                              default="no_sync", extra=True, probe_option=False)
     loss_tracking: LossTracking = axis("running loss kept as: detached (tensor) | item (float, host sync) | "
@@ -111,14 +115,16 @@ class Cell:
                                 default="default", extra=True)
     compile: Compile = axis("off | on (torch.compile of the model)", default="off", extra=True, probe_option=False)
     trace_steps: int = axis("optimizer steps in the untimed memory trace", default=1, extra=True, minimum=1,
-                            probe_option=False)
+                            maximum=100, probe_option=False)
     input: InputKind = axis("synthetic (one random micro-batch made on the device) | loader (JPEG files through a "
                             "torchvision DataLoader, decoded and augmented on the CPU) | loader_gpu_decode (workers "
                             "read the files, nvjpeg decodes them on the GPU)", default="synthetic", extra=True,
                             probe_option=False)
     loader_workers: int = axis("DataLoader worker processes of a loader input (0: the training process decodes); "
                                "synthetic input has none and keeps the default", default=0, extra=True, minimum=0,
-                               probe_option=False)
+                               maximum=256, probe_option=False)
+    attention: Attention = axis("sdpa (fused scaled-dot-product attention) | eager (timm's explicit softmax, "
+                                "fused_attn off)", default="sdpa", extra=True)
 
     @property
     def effective_batch(self) -> int:
@@ -192,7 +198,7 @@ def choices(name: str) -> tuple[Any, ...] | None:
     """The allowed values of a `Literal` field, or None for a free (validated) one.
 
     >>> choices("precision")
-    ('fp32', 'bf16', 'fp16')
+    ('fp32', 'bf16', 'fp16', 'tf32')
     """
     kind = field_types()[name]
     return typing.get_args(kind) if typing.get_origin(kind) is Literal else None

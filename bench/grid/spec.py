@@ -22,6 +22,12 @@ A grid file holds data only::
 The `[grid]` keys and the `exclude` keys are the axes of `bench.grid.cell.Cell` (its one list
 of axes), plus `effective_batch` and `pairs`. Every problem becomes one `GridFileError` line
 naming the file, the key and what is allowed.
+
+Values are strict: a whole number is a TOML integer (not `"32"`, `32.0` or `true`), a boolean is
+`true`/`false`, a number is finite; every number has an upper bound (`MAX_PAIR_VALUE`, the axes'
+`maximum`, `RunSettings`). A value listed twice in one axis is an error (it would be the same cells
+twice). The cell count is the product of the axes' lengths, checked against `MAX_CELLS` before
+anything is expanded.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from pydantic import (
     create_model,
     field_validator,
 )
+from pydantic.functional_validators import AfterValidator
 
 from bench.errors import GridFileError
 from bench.grid.cell import (
@@ -55,15 +62,21 @@ from bench.grid.cell import (
 
 PAIR_FIELDS = ("micro_batch", "accum_steps")
 """The `Cell` fields that `[grid] pairs` sets together."""
+MAX_PAIR_VALUE = 65_536
+"""Largest micro-batch, accumulation steps or effective batch a grid file may ask for."""
+MAX_CELLS = 10_000
+"""Largest grid (`bench run --max-cells` overrides): a bigger one is more likely a mistake than a plan."""
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+"""Experiment names: one folder under the results root, so no `.`, `..` or separators."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ExperimentInfo(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    """Experiment name; also the results folder name."""
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    """Experiment name (letters, digits, _ and -, at most 64); also the results folder name."""
     description: str = ""
     """What the study asks, in a sentence."""
 
@@ -74,10 +87,12 @@ def _value_type(name: str) -> Any:
     constraints: dict[str, Any] = {}
     if spec is not None and spec.minimum is not None:
         constraints["ge"] = spec.minimum
+    if spec is not None and spec.maximum is not None:
+        constraints["le"] = spec.maximum
     if spec is not None and spec.pattern is not None:
         constraints["pattern"] = spec.pattern
     if name in PAIR_FIELDS:
-        constraints["ge"] = 1
+        constraints.update(ge=1, le=MAX_PAIR_VALUE)
     kind = field_types()[name]
     return Annotated[kind, Field(**constraints)] if constraints else kind
 
@@ -94,11 +109,26 @@ Exclusion = create_model(
 )
 
 
+def _no_repeats(values: list) -> list:
+    """An axis lists each value once: a repeat would be the same cells twice."""
+    for index, value in enumerate(values):
+        if value in values[:index]:
+            raise ValueError(f"[{index}] {value!r} repeats [{values.index(value)}]; list each value once "
+                             "(a repeat is the same cells twice)")
+    return values
+
+
 class _Axes(_Strict):
     @field_validator(*axes(), mode="before", check_fields=False)
     @classmethod
     def _scalar_to_list(cls, value: Any) -> Any:
         return value if isinstance(value, list) else [value]
+
+    @field_validator("pairs", mode="before", check_fields=False)
+    @classmethod
+    def _pairs_as_tuples(cls, value: Any) -> Any:
+        # TOML has no tuples: each [micro_batch, accum_steps] list is one (still strictly typed inside).
+        return [tuple(pair) if isinstance(pair, list) else pair for pair in value] if isinstance(value, list) else value
 
     @field_validator("pairs", check_fields=False)
     @classmethod
@@ -124,12 +154,14 @@ def _axes_fields() -> dict[str, Any]:
         if spec is not None:
             values = Field(min_length=1, description=field_docs()[name])
             default = ... if spec.grid_default is REQUIRED else [spec.grid_default]
-            keys[name] = (Annotated[list[_value_type(name)], values], default)
+            keys[name] = (Annotated[list[_value_type(name)], values, AfterValidator(_no_repeats)], default)
         elif name == PAIR_FIELDS[0]:
-            keys["effective_batch"] = (int, Field(gt=0, description="samples per optimizer step, every pair"))
-            keys["pairs"] = (list[tuple[int, int]], Field(min_length=1, description="(micro_batch, accum_steps) "
-                                                                                   "pairs; each product must equal "
-                                                                                   "effective_batch"))
+            keys["effective_batch"] = (int, Field(gt=0, le=MAX_PAIR_VALUE,
+                                                  description="samples per optimizer step, every pair"))
+            pair = tuple[_value_type("micro_batch"), _value_type("accum_steps")]
+            keys["pairs"] = (Annotated[list[pair], AfterValidator(_no_repeats)],
+                             Field(min_length=1, description="(micro_batch, accum_steps) pairs; each product must "
+                                                             "equal effective_batch"))
     keys["exclude"] = (list[Exclusion], Field(default=[], description="partial cells to drop from the product"))
     return keys
 
@@ -141,13 +173,13 @@ GridAxes = create_model("GridAxes", __base__=_Axes, __doc__="The axes whose cart
 class RunSettings(_Strict):
     """How each cell is run."""
 
-    warmup_steps: int = Field(default=2, gt=0)
-    """Optimizer steps before measuring (at least one, so optimizer state exists)."""
-    measured_steps: int = Field(default=5, gt=0)
-    """Timed optimizer steps."""
-    timeout_s: float = Field(default=900.0, gt=0)
-    """Wall-clock limit for one cell's process, in seconds."""
-    seed: int = Field(default=0, ge=0)
+    warmup_steps: int = Field(default=2, gt=0, le=10_000)
+    """Optimizer steps before measuring (at least one, so optimizer state exists; at most 10,000)."""
+    measured_steps: int = Field(default=5, gt=0, le=10_000)
+    """Timed optimizer steps (at most 10,000)."""
+    timeout_s: float = Field(default=900.0, gt=0, le=86_400)
+    """Wall-clock limit for one cell's process, in seconds (a finite number, at most a day)."""
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
 
 
 class ProfileSection(_Strict):
@@ -178,8 +210,8 @@ class Grid:
     cells: tuple[Cell, ...]
 
 
-def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True) -> Grid:
-    """Read and validate a grid file, apply `profile`'s overrides, expand to cells.
+def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, max_cells: int = MAX_CELLS) -> Grid:
+    """Read and validate a grid file, apply `profile`'s overrides, expand to cells (at most `max_cells`).
 
     Example:
         >>> grid = load_grid("experiments/smoke.toml", "cpu")
@@ -195,6 +227,10 @@ def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True) 
         merged_run = _validate_override(RunSettings, raw.get("run", {}), section.run, path, ("run",), name)
         if name == profile:
             grid_axes, run, profile_description = merged_axes, merged_run, section.description
+    count = cell_count(grid_axes)
+    if count > max_cells:
+        raise GridFileError(f"{path}: grid: {count:,} cells (the product of the axes' lengths) is over the limit of "
+                            f"{max_cells:,}; split the grid, or pass --max-cells {count} if it is meant")
     if check_models:
         _check_models(grid_axes.model, path)
     cells = tuple(_expand(spec.experiment.name, profile, grid_axes, run))
@@ -202,6 +238,14 @@ def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True) 
         raise GridFileError(f"{path}: grid.exclude: every cell is excluded; nothing would run")
     return Grid(path, spec.experiment.name, spec.experiment.description, profile,
                 profile_description, run, cells)
+
+
+def cell_count(grid_axes: BaseModel) -> int:
+    """The cells the axes make before exclusions and de-duplication: the product of their lengths."""
+    count = len(grid_axes.pairs)
+    for name in axes():
+        count *= len(getattr(grid_axes, name))
+    return count
 
 
 def require_precisions(grid: Grid, supported: Iterable[str], device_name: str) -> None:
@@ -259,6 +303,14 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(handle)
     except FileNotFoundError:
         raise GridFileError(f"{path}: no such grid file") from None
+    except IsADirectoryError:
+        raise GridFileError(f"{path}: is a directory, not a grid file (TOML)") from None
+    except OSError as exc:
+        raise GridFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise GridFileError(f"{path}: not UTF-8 text (byte {exc.start}); a grid file is TOML in UTF-8") from None
+    except RecursionError:
+        raise GridFileError(f"{path}: nested too deeply to be a grid file") from None
     except tomllib.TOMLDecodeError as exc:
         raise GridFileError(f"{path}: not valid TOML: {exc}") from None
 
@@ -270,7 +322,7 @@ def _validate_override(model: type[BaseModel], base: dict, override: dict, path:
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        first = _first_error(exc.errors())
         in_override = first["loc"] and first["loc"][0] in override_keys
         prefix = ("profile", profile, *section) if in_override else section
         raise GridFileError(_format_error(first, model, path, prefix)) from None
@@ -279,8 +331,15 @@ def _validate_override(model: type[BaseModel], base: dict, override: dict, path:
 def _validate(model: type[BaseModel], data: dict, path: Path, prefix: tuple[str, ...]) -> Any:
     try:
         return model.model_validate(data)
+    except RecursionError:
+        raise GridFileError(f"{path}: nested too deeply to be a grid file") from None
     except ValidationError as exc:
-        raise GridFileError(_format_error(exc.errors()[0], model, path, prefix)) from None
+        raise GridFileError(_format_error(_first_error(exc.errors()), model, path, prefix)) from None
+
+
+def _first_error(errors: list[dict]) -> dict:
+    """The error to report: an unknown key first, since a typo'd key also makes the key it meant 'missing'."""
+    return next((error for error in errors if error["type"] == "extra_forbidden"), errors[0])
 
 
 def _format_error(error: dict, model: type[BaseModel], path: Path, prefix: tuple) -> str:
@@ -288,8 +347,10 @@ def _format_error(error: dict, model: type[BaseModel], path: Path, prefix: tuple
     key = _dotted(prefix + loc)
     kind, value = error["type"], error.get("input")
     if kind == "extra_forbidden":
-        allowed = ", ".join(_model_at(model, loc[:-1]).model_fields)
-        return f"{path}: {key}: unknown key; allowed keys here: {allowed}"
+        allowed = list(_model_at(model, loc[:-1]).model_fields)
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return f"{path}: {key}: unknown key; {hint}allowed keys here: {', '.join(allowed)}"
     if kind == "missing":
         return f"{path}: {key}: required key is missing"
     if kind == "literal_error":
@@ -298,11 +359,27 @@ def _format_error(error: dict, model: type[BaseModel], path: Path, prefix: tuple
         return f"{path}: {key}: {value!r} is not allowed; must be greater than {error['ctx']['gt']}"
     if kind == "greater_than_equal":
         return f"{path}: {key}: {value!r} is not allowed; must be >= {error['ctx']['ge']}"
+    if kind == "less_than_equal":
+        return f"{path}: {key}: {value!r} is not allowed; must be <= {error['ctx']['le']}"
+    if kind in _TYPE_NAMES:
+        return f"{path}: {key}: {_shown(value)} is not allowed; must be {_TYPE_NAMES[kind]}"
     if kind == "string_pattern_mismatch":
         return f"{path}: {key}: {value!r} is not allowed; must match {error['ctx']['pattern']}"
     if kind == "value_error":
         return f"{path}: {key}: {error['msg'].removeprefix('Value error, ')}"
-    return f"{path}: {key}: {error['msg']} (got {value!r})"
+    return f"{path}: {key}: {error['msg']} (got {_shown(value)})"
+
+
+_TYPE_NAMES = {"int_type": "a whole number (a TOML integer, not text, a float or true/false)",
+               "bool_type": "true or false", "float_type": "a number", "finite_number": "a finite number",
+               "string_type": "text (a quoted TOML string)", "list_type": "a list", "tuple_type": "a list",
+               "dict_type": "a table", "model_type": "a table"}
+
+
+def _shown(value: Any) -> str:
+    """`value` as the message shows it: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _dotted(loc: tuple) -> str:

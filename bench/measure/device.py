@@ -48,7 +48,8 @@ def detect_device(choice: DeviceChoice = "auto") -> DeviceInfo:
         )
 
         name, bf16 = call_in_child(_cuda_facts)
-        precisions = ("fp32", "bf16", "fp16") if bf16 else ("fp32", "fp16")
+        # bf16 in hardware is Ampere or later, which is also where TF32 tensor cores begin.
+        precisions = ("fp32", "bf16", "fp16", "tf32") if bf16 else ("fp32", "fp16")
         return DeviceInfo("cuda", name, precisions, torch.get_num_threads())
     # CPU autocast runs bf16 and fp16 (fp16 very slowly on most CPUs: keep it to few cells).
     return DeviceInfo("cpu", cpu_model_name(), ("fp32", "bf16", "fp16"), torch.get_num_threads())

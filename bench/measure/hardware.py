@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-# Which datasheet column bounds each precision. fp32 runs with TF32 off.
-PEAK_COLUMN = {"fp32": "fp32_tflops", "bf16": "bf16_tflops", "fp16": "fp16_tflops"}
+# Which datasheet column bounds each precision. fp32 runs with TF32 off, tf32 with it on.
+PEAK_COLUMN = {"fp32": "fp32_tflops", "bf16": "bf16_tflops", "fp16": "fp16_tflops", "tf32": "tf32_tflops"}
 
 
 @dataclass(frozen=True)

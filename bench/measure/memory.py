@@ -64,9 +64,25 @@ def _tensors_in(value: object) -> Iterable[torch.Tensor]:
 
 
 def reset_allocator_peak(device: torch.device) -> None:
+    """Start the allocator's peaks afresh. The cache is emptied first: otherwise the reserved peak would
+    start at everything warm-up and tracing ever reserved, not what the next steps need."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def expandable_segments_in_effect(device: torch.device) -> bool | None:
+    """Whether CUDA's caching allocator runs with expandable segments, as its own snapshot says (None on CPU):
+    the setting is read once, when CUDA starts, so asking for it is not the same as having it."""
+    if device.type != "cuda":
+        return None
+    snapshot = torch.cuda.memory._snapshot()
+    settings = snapshot.get("allocator_settings", {})
+    if "expandable_segments" in settings:
+        return bool(settings["expandable_segments"])
+    segments = snapshot.get("segments", [])
+    return any(segment.get("is_expandable", False) for segment in segments) if segments else None
 
 
 def allocator_peaks(device: torch.device) -> tuple[int | None, int | None]:

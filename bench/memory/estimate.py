@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Literal
+from typing import Callable, ContextManager, Iterator, Literal, Protocol
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -27,10 +27,16 @@ from bench.grid.cell import Cell
 from bench.measure.memory import TracedStep, param_bytes, trace_step
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
-from bench.train.step import configure_precision, grad_scaler_for, train_step
+from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
 from bench.units import MIB
 
 Target = Literal["cuda", "cpu"]
+
+
+class StepObserver(ContextManager, Protocol):
+    """Watches a traced step: entered around it, told of every phase (`bench.speed.ops.OpRecorder`)."""
+
+    def on_phase(self, phase: str, micro_step: int) -> None: ...
 
 # c10/cuda/CUDACachingAllocator.cpp: every block is a multiple of kMinBlockSize = 512 bytes
 # (round_size), and max_memory_allocated counts the rounded blocks.
@@ -38,20 +44,37 @@ CUDA_BLOCK_BYTES = 512
 # Same file: memory is reserved in segments of kSmallBuffer = 2 MiB (small pool) or rounded
 # to kRoundLarge = 2 MiB (large pool), so reserved memory is a whole number of 2 MiB.
 CUDA_SEGMENT_BYTES = 2 * MIB
-# aten/src/ATen/cuda/CublasHandlePool.cpp: the cuBLAS workspace defaults to 4096 KiB x 8 =
-# 32 MiB on sm90 (Hopper: H100, H200), ":4096:2:16:8" = 8 MiB + 128 KiB elsewhere; the
-# cuBLASLt workspace to 1024 KiB. Both come from the caching allocator, per (handle, stream),
-# and handles are per thread: the main thread runs forward and the optimizer, autograd's
-# device thread runs backward. The allowance takes Hopper's size, the larger.
-CUBLAS_WORKSPACE_BYTES = 32 * MIB
-CUBLASLT_WORKSPACE_BYTES = 1 * MIB
+# aten/src/ATen/cuda/CublasHandlePool.cpp (torch 2.14): the cuBLAS workspace defaults to ":4096:8" =
+# 32 MiB from compute capability 9.0 on (Hopper: H100, H200; Blackwell keeps it) and ":4096:2:16:8"
+# = 8 MiB + 128 KiB before; cuBLASLt shares cuBLAS's workspace (no second buffer). It comes from
+# the caching allocator, per (handle, stream), and handles are per thread: the main thread runs
+# forward and the optimizer, autograd's device thread runs backward.
 CUBLAS_THREADS = 2
-WORKSPACE_ALLOWANCE_BYTES = CUBLAS_THREADS * (CUBLAS_WORKSPACE_BYTES + CUBLASLT_WORKSPACE_BYTES)
+
+
+def cublas_workspace_bytes(capability: tuple[int, int] | None = None) -> int:
+    """cuBLAS's default workspace on a device of `capability` (None: not known, the larger size).
+
+    >>> cublas_workspace_bytes((9, 0)) // MIB, cublas_workspace_bytes((10, 0)) // MIB, cublas_workspace_bytes((8, 0))
+    (32, 32, 8519680)
+    """
+    if capability is None or capability >= (9, 0):
+        return 32 * MIB
+    return 2 * 4096 * 1024 + 8 * 16 * 1024
+
+
+def workspace_allowance_bytes(capability: tuple[int, int] | None = None) -> int:
+    """The estimate's workspace allowance: one cuBLAS workspace per thread that runs kernels."""
+    return CUBLAS_THREADS * cublas_workspace_bytes(capability)
+
+
+WORKSPACE_ALLOWANCE_BYTES = workspace_allowance_bytes()
+"""The allowance for a GPU not named (compute capability 9.0 or later: the larger)."""
 
 CUDA_MODEL = (
     "modelled: tensors of the runner's step (MemTracker, fake tensors), each rounded to the "
-    "allocator's 512-byte blocks; the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS+cuBLASLt workspace allowance "
-    f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB, Hopper defaults, 2 threads); reserved = allocated "
+    "allocator's 512-byte blocks; the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS workspace allowance (cuBLASLt shares it) "
+    f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB: the default from compute capability 9.0 on, 2 threads); reserved = allocated "
     "rounded up to 2 MiB segments (a lower bound)"
 )
 CUDA_UNMODELLED = (
@@ -99,7 +122,7 @@ class Estimate:
 
 
 class FakeModels:
-    """Fake-tensor models, built once per (model, image size, checkpointing, channels-last).
+    """Fake-tensor models, built once per (model, image size, checkpointing, channels-last, attention).
 
     Precision, optimizer and batch shape do not change the model, so a grid's cells share
     it; each cell gets a fresh optimizer and starts with no gradients.
@@ -110,24 +133,34 @@ class FakeModels:
         self._models: dict[tuple, torch.nn.Module] = {}
 
     def get(self, cell: Cell) -> torch.nn.Module:
-        key = (cell.model, cell.image_size, cell.checkpointing, cell.channels_last)
+        key = (cell.model, cell.image_size, cell.checkpointing, cell.channels_last, cell.attention)
         if key not in self._models:
             model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
-                                channels_last=cell.channels_last, device="meta")
+                                channels_last=cell.channels_last, attention=cell.attention, device="meta")
             with self.mode:
                 self._models[key] = model.to_empty(device="cpu")
         return self._models[key]
 
 
-def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None = None) -> Estimate:
-    """Run `cell`'s step on fake tensors and predict its peak memory on `target`.
+@dataclass(frozen=True)
+class FakeStep:
+    """A cell's step, ready to run on fake tensors: `run(on_phase)` is the runner's step."""
 
-    Example:
-        >>> cell = Cell(experiment="e", profile="cpu", model="test_vit", image_size=32, micro_batch=4,
-        ...             accum_steps=2, precision="bf16", checkpointing="full", optimizer="adamw",
-        ...             channels_last=False, warmup_steps=1, measured_steps=1)
-        >>> estimate_cell(cell, "cpu").peak_bytes > 0
-        True
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    batch: tuple[torch.Tensor, torch.Tensor]
+    run: Callable[..., object]
+
+
+@contextlib.contextmanager
+def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = None,
+              accum_steps: int | None = None, observe: PhaseHook | None = None) -> Iterator[FakeStep]:
+    """Inside fake mode, `cell`'s step after one warm-up step, as the runner's warm-up leaves it.
+
+    The one path from a cell to its step on fake tensors, shared by the memory estimator and the
+    throughput model (`bench.speed`). `accum_steps` overrides the cell's K (the throughput model
+    traces two micro-steps and scales); `observe` is called at every phase of the step, before
+    the caller's own hook. Optimizer state exists; gradients are None.
     """
     if cell.compile == "on":
         raise NotImplementedError("compile on: torch.compile is not modelled (the fake step runs eagerly)")
@@ -145,23 +178,47 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
         batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
                                 device="cpu", seed=cell.seed)
-        micro_batches = [batch] * cell.accum_steps
+        micro_batches = [batch] * (accum_steps or cell.accum_steps)
 
-        def run_step(on_phase=None):
-            return train_step(model, optimizer, micro_batches, cell.precision, scaler, on_phase,
+        def run_step(on_phase: PhaseHook | None = None):
+            def hooks(phase: str, micro_step: int) -> None:
+                for hook in (observe, on_phase):
+                    if hook:
+                        hook(phase, micro_step)
+            return train_step(model, optimizer, micro_batches, cell.precision, scaler, hooks,
                               **cell.step_options)
 
         # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, and gradients
         # are None (or zeros, with zero_grad="zeros").
         # One micro-batch suffices for that, and costs 1/K of the full step.
         train_step(model, optimizer, micro_batches[:1], cell.precision, scaler, **cell.step_options)
+        yield FakeStep(model, optimizer, batch, run_step)
+
+
+def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None = None, *,
+                  accum_steps: int | None = None, observer: StepObserver | None = None) -> Estimate:
+    """Run `cell`'s step on fake tensors and predict its peak memory on `target`.
+
+    `observer` (the throughput model's op recorder) watches the same traced step: one trace
+    answers both. `accum_steps` traces that K instead of the cell's (from 2 on, the peak is the
+    same: every later micro-step repeats the second's memory).
+
+    Example:
+        >>> cell = Cell(experiment="e", profile="cpu", model="test_vit", image_size=32, micro_batch=4,
+        ...             accum_steps=2, precision="bf16", checkpointing="full", optimizer="adamw",
+        ...             channels_last=False, warmup_steps=1, measured_steps=1)
+        >>> estimate_cell(cell, "cpu").peak_bytes > 0
+        True
+    """
+    observe = observer.on_phase if observer else None
+    with fake_step(cell, target, models, accum_steps, observe) as step, observer or contextlib.nullcontext():
         # Fake tensors have no values: no gradient norm, and the host's memory says nothing of a device.
-        traced = trace_step(run_step, model, optimizer, torch.device("cpu"), values=False)
+        traced = trace_step(step.run, step.model, step.optimizer, torch.device("cpu"), values=False)
     cuda = target == "cuda"
     return Estimate(
-        target=target, traced=traced, params_bytes=param_bytes(model),
-        param_count=sum(p.numel() for p in model.parameters()),
-        inputs_bytes=sum(_allocated(t.untyped_storage().nbytes(), cuda) for t in batch),
+        target=target, traced=traced, params_bytes=param_bytes(step.model),
+        param_count=sum(p.numel() for p in step.model.parameters()),
+        inputs_bytes=sum(_allocated(t.untyped_storage().nbytes(), cuda) for t in step.batch),
         workspace_bytes=WORKSPACE_ALLOWANCE_BYTES if cuda else 0,
     )
 

@@ -34,7 +34,7 @@ from bench.results.schema import (
     failure_from,
     memory_columns,
 )
-from bench.results.store import RunsFile
+from bench.results.store import RunsFile, results_folder
 from bench.units import GIB
 
 ESTIMATE_FOLDER = "estimate"
@@ -93,7 +93,8 @@ def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, i
     """
     target: Target = "cuda" if grid.profile == "cuda" else "cpu"
     device = estimate_device(target)
-    runs = RunsFile(Path(results_root) / grid.name / ESTIMATE_FOLDER / "runs.csv", ESTIMATE_COLUMNS)
+    runs = RunsFile(results_folder(results_root, grid.name, ESTIMATE_FOLDER) / "runs.csv", ESTIMATE_COLUMNS)
+    runs.rows()  # a corrupt file stops here, before anything is estimated
     stamp = provenance()
     models = models or FakeModels()
     for index, cell in enumerate(grid.cells):

@@ -26,6 +26,7 @@ from bench.memory.estimate import FakeModels, Target, estimate_cell
 from bench.memory.fit import DEFAULT_HEADROOM
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated
+from bench.train.models import has_batch_norm
 from bench.units import GIB, MIB
 
 MAX_MICRO_BATCH = 65536
@@ -128,6 +129,11 @@ class ProbeConfig:
         """The cell a trial runs: one warm-up and one measured step, enough to reach the peak."""
         return replace(self.base, micro_batch=micro_batch, profile=profile)
 
+    @property
+    def smallest_micro_batch(self) -> int:
+        """2 for a BatchNorm model (one sample has no batch statistics to train on), else 1."""
+        return 2 if has_batch_norm(self.base.model, self.base.image_size) else 1
+
     def describe(self) -> str:
         """`resnet50 224px fp32 ckpt off adamw, K=1`, plus the axes away from their default."""
         cell = self.base
@@ -145,8 +151,9 @@ class Search:
     trials: tuple[tuple[int, bool], ...]
 
 
-def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH) -> Search:
-    """The largest n in [1, max_batch] with fits(n), for a `fits` true up to some n and false above.
+def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH, smallest: int = 1) -> Search:
+    """The largest n in [smallest, max_batch] with fits(n) (0: none), for a `fits` true up to some n and
+    false above.
 
     From `guess`, step away by a stride (a sixteenth of the guess, doubling each step) until
     the limit is bracketed, then bisect. A guess within a few percent costs about
@@ -156,6 +163,8 @@ def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH) -> 
     ((96, True), (102, False), (99, True), (100, True), (101, False))
     >>> search_largest(lambda n: n <= 100, guess=200).largest
     100
+    >>> search_largest(lambda n: n <= 1, guess=4, smallest=2)
+    Search(largest=0, trials=((4, False), (3, False), (2, False)))
     """
     trials: list[tuple[int, bool]] = []
 
@@ -163,7 +172,7 @@ def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH) -> 
         trials.append((n, fits(n)))
         return trials[-1][1]
 
-    guess = min(max(guess, 1), max_batch)
+    guess = min(max(guess, smallest), max_batch)
     stride = max(1, guess // 16)
     if check(guess):
         low, high = guess, None
@@ -176,13 +185,15 @@ def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH) -> 
             else:
                 high = candidate
     else:
-        low, high = 0, guess
-        while low == 0 and high > 1:
-            candidate = max(high - stride, 1)
+        low, high = smallest - 1, guess
+        while low == smallest - 1 and high > smallest:
+            candidate = max(high - stride, smallest)
             if check(candidate):
                 low = candidate
             else:
                 high, stride = candidate, stride * 2
+        if low == smallest - 1:
+            return Search(0, tuple(trials))
     return _bisect(check, low, high, trials)
 
 
@@ -235,11 +246,12 @@ def predict_largest(config: ProbeConfig, budget_bytes: float, target: Target, *,
         peak = estimate.peak_reserved_bytes if target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes
         return (peak * scale + extra_bytes) * (1 + headroom)
 
-    one, two = need_bytes(1), need_bytes(2)
+    smallest = config.smallest_micro_batch
+    one, two = need_bytes(smallest), need_bytes(smallest + 1)
     per_sample = max(two - one, 1.0)
-    guess = int((budget_bytes - (one - per_sample)) // per_sample)
+    guess = int((budget_bytes - one) // per_sample) + smallest
     fits = reporting(lambda n: need_bytes(n) <= budget_bytes, "estimate", on_trial)
-    return search_largest(fits, max(guess, 1))
+    return search_largest(fits, max(guess, smallest), smallest=smallest)
 
 
 def trial_on_device(config: ProbeConfig, device: DeviceInfo, memory_limit_gib: float | None,
@@ -334,7 +346,9 @@ def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float
         predicted = predict_largest(config, budget.nbytes, "cpu", scale=CPU_ADDRESS_SPACE_PER_TENSOR_BYTE,
                                     extra_bytes=CPU_ADDRESS_SPACE_OVERHEAD_BYTES, on_trial=on_trial)
     fits = reporting(trial_on_device(config, device, memory_limit_gib, timeout_s), "device", on_trial)
-    return ProbeResult(budget.nbytes, predicted, search_largest(fits, max(predicted.largest, 1)))
+    smallest = config.smallest_micro_batch
+    return ProbeResult(budget.nbytes, predicted, search_largest(fits, max(predicted.largest, smallest),
+                                                                smallest=smallest))
 
 
 def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> str:
@@ -344,6 +358,9 @@ def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> 
     lines = [f"{what}; budget {budget.nbytes / GIB:.2f} GiB: {budget.source}{room}",
              f"predicted largest micro-batch: {result.predicted.largest} "
              f"(estimator, {len(result.predicted.trials)} fake steps)"]
+    if config.smallest_micro_batch > 1:
+        lines.insert(1, f"starts at micro-batch {config.smallest_micro_batch}: {config.base.model} has BatchNorm, "
+                        "which cannot train on one sample (its batch statistics need two)")
     if result.found is not None:
         lines.append(f"found largest micro-batch:     {result.found.largest} "
                      f"({len(result.found.trials)} trials on {budget.device.name}; doubling from 1 "

@@ -1,66 +1,169 @@
-"""The one reader of runs files: typed rows as a DataFrame, the same for every command.
+"""The one reader of runs files: every row checked against the schema, then typed rows as a DataFrame.
 
-Types come from the schema (`bench.results.schema.COLUMNS`): whole numbers as nullable integers,
-true/false as nullable booleans, numbers as floats, text and JSON as text. One rule for missing
-values: an empty field is missing (NA) in a number or boolean column and the empty string in a
-text column; no other text is missing, so values such as `none` or `null` stay values.
+Every command reads runs files here, and nothing here writes. A row is checked field by field
+against `bench.results.schema.COLUMNS` (or the schema a caller passes): the number of fields,
+the cell id's form, the status, whole numbers, numbers, true/false and JSON. A file that fails is
+one `ResultsFileError` naming the file, the line and the column. A last line without its newline
+(an append cut short by a kill or a full disk) is left out and reported; only `bench run` repairs it
+(`bench.results.store.RunsFile.repair_torn_tail`).
+
+Types come from the schema: whole numbers as nullable integers, true/false as nullable booleans,
+numbers as floats, text and JSON as text. One rule for missing values: an empty field is missing
+(NA) in a number or boolean column and the empty string in a text column; no other text is missing,
+so values such as `none` or `null` stay values.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from bench.errors import ResultsFileError
-from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, Column
-from bench.results.store import RunsFile
+from bench.grid.cell import extra_axis_defaults
+from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, STATUSES, Column
 
 _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "str", "json": "str"}
+CELL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}$")
+"""What a cell id looks like: `resnet50-32px-16x1-fp32-ckpt_off-adamw-cl-3474e652`."""
+_BOOLS = {"true": True, "false": False, "True": True, "False": False}
+SET_ASIDE_HINT = "move that line into a side file (e.g. runs.csv.bad) to keep the other rows"
+
+
+@dataclass(frozen=True)
+class RunsText:
+    """A runs file as text: its header, its checked rows (new columns filled in), its torn tail."""
+
+    header: list[str]
+    rows: list[dict[str, str]]
+    torn_tail: bytes
+    """Bytes after the last newline: an interrupted append, not read as a row."""
+
+
+def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
+    """The file's rows as the text it holds, each checked against `columns`; never modifies the file.
+
+    A file written by an earlier version (its columns a subset of today's) reads with the new
+    columns filled in: axes added later at their default (that is what ran), others empty.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes() if path.exists() else b""
+    except OSError as exc:
+        raise ResultsFileError(f"{path}: cannot be read as a runs file ({exc.strerror or exc})") from None
+    cut = data.rfind(b"\n") + 1
+    try:
+        text = data[:cut].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ResultsFileError(f"{path}: line {line}: not UTF-8 text; {SET_ASIDE_HINT}") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(reader, [])
+        unknown = [name for name in header if name not in columns]
+        if unknown:
+            raise ResultsFileError(f"{path}: column {unknown[0]!r} is not in this version's schema; "
+                                   "move the file aside to start afresh")
+        filler = {name: cell_text(extra_axis_defaults().get(name)) for name in columns if name not in header}
+        rows = []
+        for fields in reader:
+            if not fields:  # a blank line holds nothing
+                continue
+            where = f"{path}: line {reader.line_num}"
+            if len(fields) != len(header):
+                raise ResultsFileError(f"{where}: {len(fields)} fields where the header has {len(header)}; "
+                                       f"{SET_ASIDE_HINT}")
+            row = dict(zip(header, fields))
+            check_row(row, columns, where)
+            rows.append({**filler, **row})
+    except csv.Error as exc:
+        raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); {SET_ASIDE_HINT}") from None
+    return RunsText(header, rows, data[cut:])
+
+
+def check_row(row: dict[str, str], columns: dict[str, Column], where: str) -> None:
+    """Raise a `ResultsFileError` at the first field of `row` that its column's type does not allow.
+
+    >>> check_row({"cell_id": "a-1", "status": "ok", "micro_batch": "8"}, COLUMNS, "runs.csv: line 2")
+    >>> check_row({"cell_id": "a-1", "status": "fine"}, COLUMNS, "runs.csv: line 2")
+    Traceback (most recent call last):
+    ...
+    bench.errors.ResultsFileError: runs.csv: line 2, column status: 'fine' is not one of ok, oom, error, \
+timeout, skipped, estimated; move that line into a side file (e.g. runs.csv.bad) to keep the other rows
+    """
+    for name, value in row.items():
+        problem = _field_problem(name, value, getattr(columns.get(name), "type", "str"))
+        if problem:
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            raise ResultsFileError(f"{where}, column {name}: {shown!r} is not {problem}; {SET_ASIDE_HINT}")
+
+
+def _field_problem(name: str, value: str, kind: str) -> str | None:
+    """What `value` should have been, or None when it is fine."""
+    if name == "cell_id":
+        return None if CELL_ID_PATTERN.match(value) else "a cell id (letters, digits, _ . + -)"
+    if name == "status":
+        return None if value in STATUSES else f"one of {', '.join(STATUSES)}"
+    if value == "" or kind == "str":
+        return None
+    if kind == "bool":
+        return None if value in _BOOLS else "true/false"
+    if kind == "json":
+        try:
+            json.loads(value)
+        except ValueError:
+            return "JSON"
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return "a whole number" if kind == "int" else "a number"
+    if kind == "int" and not (math.isfinite(number) and number == round(number)):
+        return "a whole number"
+    return None
 
 
 def read_runs(path: Path, columns: dict[str, Column] = COLUMNS) -> pd.DataFrame:
     """The rows of a runs file, one column per schema column, typed (an empty frame if there is no file).
 
     Example:
-        >>> rows = read_runs(Path("results/resnet50/cpu-intel-xeon-processor/runs.csv"))
+        >>> rows = read_runs(Path("results/resnet50/cpu-amd-epyc/runs.csv"))
         >>> rows.micro_batch.dtype, rows.git_dirty.dtype, rows.zero_grad.iloc[0]
         (Int64Dtype(), BooleanDtype, 'none')
     """
-    runs = RunsFile(path, columns)
-    text_rows = runs.rows()
-    missing = [name for name in REQUIRED_COLUMNS if name in columns and runs.path.exists() and name not in runs.header()]
+    path = Path(path)
+    text = read_text(path, columns)
+    missing = [name for name in REQUIRED_COLUMNS if name in columns and path.exists() and name not in text.header]
     if missing:
         raise ResultsFileError(f"{path}: missing columns {', '.join(missing)}; a runs.csv written by `bench run` "
                                "has them")
-    frame = pd.DataFrame(text_rows, columns=list(columns), dtype=object).fillna("")
-    return typed(frame, columns, str(path))
+    if text.torn_tail:
+        print(f"note: {path}: the last line is incomplete ({len(text.torn_tail)} bytes, an interrupted write); "
+              "left out here, the next `bench run` sets it aside", file=sys.stderr)
+    frame = pd.DataFrame(text.rows, columns=list(columns), dtype=object).fillna("")
+    return typed(frame, columns)
 
 
-def typed(frame: pd.DataFrame, columns: dict[str, Column], where: str) -> pd.DataFrame:
-    """`frame`'s text columns converted to the schema's types; a value that does not parse is a
-    `ResultsFileError` naming the file, the line and the column."""
+def typed(frame: pd.DataFrame, columns: dict[str, Column]) -> pd.DataFrame:
+    """`frame`'s text columns (already checked by `check_row`) converted to the schema's types."""
     converted = {}
     for name in frame.columns:
         kind = columns[name].type
         text = frame[name].astype(str)
         if kind in ("str", "json"):
             converted[name] = text.astype("str")
-            continue
-        missing = text == ""
-        if kind == "bool":
-            values = text.map({"true": True, "false": False, "True": True, "False": False})
-            bad = values.isna() & ~missing
+        elif kind == "bool":
+            converted[name] = text.map(_BOOLS).astype("boolean")
         else:
-            values = pd.to_numeric(text.where(~missing), errors="coerce")
-            bad = values.isna() & ~missing
-            if kind == "int" and not bad.any():
-                bad = (values.notna() & (values != values.round()))
-        if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0])
-            raise ResultsFileError(f"{where}: line {row + 2}, column {name}: {text.iloc[row]!r} is not "
-                                   f"{'a whole number' if kind == 'int' else 'true/false' if kind == 'bool' else 'a number'}")
-        converted[name] = values.astype(_PANDAS_TYPES[kind])
+            values = pd.to_numeric(text.where(text != ""), errors="coerce")
+            converted[name] = values.astype(_PANDAS_TYPES[kind])
     return pd.DataFrame(converted, index=frame.index)
 
 
@@ -71,3 +174,12 @@ def records(rows: pd.DataFrame) -> list[dict]:
     [{'a': 1}, {'a': None}]
     """
     return rows.astype(object).where(rows.notna(), None).to_dict("records")
+
+
+def cell_text(value: object) -> str:
+    """How a value is written in a runs file: empty for None, true/false for booleans."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

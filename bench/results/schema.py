@@ -31,7 +31,7 @@ from bench.measure.timing import summarize_step_times
 from bench.measure.utilization import samples_per_s, utilization_pct
 
 ColumnType = Literal["str", "int", "float", "bool", "json"]
-Status = Literal["ok", "oom", "error", "timeout", "skipped", "estimated"]
+Status = Literal["ok", "oom", "error", "timeout", "skipped", "estimated", "predicted"]
 STATUSES: tuple[Status, ...] = typing.get_args(Status)
 
 
@@ -70,7 +70,8 @@ COLUMNS: dict[str, Column] = {
     "git_dirty": Column("bool", "uncommitted changes present"),
     "started_utc": Column("str", "cell start, ISO 8601 UTC"),
     "duration_s": Column("float", "wall time of the cell's process"),
-    "status": Column("str", "ok | oom | error | timeout | skipped; estimated in estimate files (bench estimate)"),
+    "status": Column("str", "ok | oom | error | timeout | skipped; estimated in estimate files (bench estimate), "
+                            "predicted in prediction files (bench predict)"),
     "error_type": Column("str", "exception type (oom, error) or reason class"),
     "error_message": Column("str", "first line of the message"),
     "memory_source": Column("str", "cuda_allocator (max_memory_allocated) | tracked_tensors (MemTracker, CPU); "
@@ -82,6 +83,8 @@ COLUMNS: dict[str, Column] = {
     "peak_memory_min_rank_bytes": Column("int", "peak_memory_bytes of the rank that peaked lowest"),
     "peak_allocated_bytes": Column("int", "CUDA max_memory_allocated over the measured steps"),
     "peak_reserved_bytes": Column("int", "CUDA max_memory_reserved over the measured steps"),
+    "expandable_segments": Column("bool", "CUDA: whether the caching allocator ran with expandable segments, from "
+                                          "its snapshot (torch.cuda.memory._snapshot); empty on CPU"),
     "peak_tracked_bytes": Column("int", "MemTracker peak over one traced step (tracked tensors only)"),
     "param_count": Column("int", "parameter elements (P)"),
     "params_bytes": Column("int", "parameter storage, measured from the tensors"),

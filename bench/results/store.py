@@ -1,105 +1,195 @@
-"""The runs file: one CSV row per cell, written the moment the cell ends.
+"""The runs file: one CSV row per cell, written the moment the cell ends, and the results folder around it.
 
 Rows are appended with a single write and fsync, so killing a grid loses nothing finished;
 a row that replaces an earlier one for the same cell (`--force`, `--retry-failed`) rewrites
-the file through a temporary file and an atomic rename.
+the file through a temporary file of this process's own and an atomic rename. Every write
+checks its result: a short write, a full or read-only disk or a permission error puts the file
+back as it was and raises `RowNotWritten`, which carries the row so the runner can print it.
 
 A file written by an earlier version, whose columns are a subset of today's, is read with
-the new columns filled in (axes added later at their default, since that is what ran; other
-columns empty: not measured then) and rewritten with today's header on the next write.
+the new columns filled in (`bench.results.read.read_text`) and rewritten with today's header
+on the next write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
+import re
+import sys
+import tempfile
 from pathlib import Path
 
 from bench.errors import ResultsFileError
-from bench.grid.cell import extra_axis_defaults
+from bench.results.provenance import utc_now
+from bench.results.read import cell_text, read_text
 from bench.results.schema import COLUMNS, Column
+
+FOLDER_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+"""A name that becomes a folder under the results root: no `.` or `..`, no separator, at most 100 characters."""
+
+
+class RowNotWritten(ResultsFileError):
+    """A row could not be written; `row_text` is the row (with its header) as CSV, to print instead."""
+
+    def __init__(self, path: Path, cause: OSError, row_text: str) -> None:
+        super().__init__(f"{path}: the row could not be written ({cause.strerror or cause}); the file is as "
+                         "before and the row is printed below so the measurement is not lost; free space or fix "
+                         "permissions, then rerun")
+        self.row_text = row_text
+
+
+def results_folder(root: Path, *names: str) -> Path:
+    """`root/<names...>`, each name a safe folder name, the result checked to lie inside `root`.
+
+    >>> results_folder(Path("results"), "smoke", "cpu-x")
+    PosixPath('results/smoke/cpu-x')
+    >>> results_folder(Path("results"), "..", "cpu-x")
+    Traceback (most recent call last):
+    ...
+    bench.errors.ResultsFileError: results: folder name '..' is not allowed; names are letters, digits, _ and - \
+(at most 100, not starting with - or _)
+    """
+    for name in names:
+        if not FOLDER_NAME_PATTERN.match(name):
+            raise ResultsFileError(f"{root}: folder name {name!r} is not allowed; names are letters, digits, _ and - "
+                                   "(at most 100, not starting with - or _)")
+    folder = Path(root).joinpath(*names)
+    if not folder.resolve().is_relative_to(Path(root).resolve()):
+        raise ResultsFileError(f"{folder}: resolves outside the results root {root}")
+    return folder
+
+
+def preflight(folder: Path) -> None:
+    """Make `folder` and write, sync and remove a probe file there: a folder that cannot take rows
+    fails here, before anything is measured."""
+    probe = Path(folder) / f".preflight-{os.getpid()}"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, b"bench preflight: this folder takes rows\n" * 100)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ResultsFileError(f"{folder}: cannot take rows ({exc.strerror or exc}); nothing was measured") from None
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` or raise `OSError`: `os.write` may write less than asked."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(28, "no space left on device (a write wrote nothing)")
+        view = view[written:]
 
 
 class RunsFile:
-    """`results/<experiment>/<device-tag>/runs.csv`; `columns` is the schema (default: the runner's)."""
+    """`results/<experiment>/<device-tag>/runs.csv`; `columns` is the schema (default: the runner's).
 
-    def __init__(self, path: Path, columns: dict[str, Column] = COLUMNS) -> None:
+    `key`: the columns that name a row (a row with the same values replaces it): the cell id, or
+    the cell id and the GPU in a predictions file (one row per cell and GPU).
+    """
+
+    def __init__(self, path: Path, columns: dict[str, Column] = COLUMNS, key: tuple[str, ...] = ("cell_id",)) -> None:
         self.path = Path(path)
+        self.schema = columns
         self.columns = list(columns)
+        self.key = key
 
     def rows(self) -> list[dict[str, str]]:
-        """Every row as the text the file holds, columns of a newer schema filled in.
+        """Every row as the text the file holds, checked, columns of a newer schema filled in.
 
         This is the writer's view (it rewrites rows byte for byte); analysis reads typed rows
         through `bench.results.read.read_runs`.
         """
-        if not self.path.exists():
-            return []
-        self._drop_torn_last_line()
-        with self.path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            header = reader.fieldnames or []
-            unknown = [name for name in header if name not in self.columns]
-            if unknown:
-                raise ResultsFileError(
-                    f"{self.path}: column {unknown[0]!r} is not in this version's schema; "
-                    "move the file aside to start afresh"
-                )
-            filler = {name: _cell_text(extra_axis_defaults().get(name)) for name in self.columns
-                      if name not in header}
-            return [{**filler, **row} for row in reader]
+        return read_text(self.path, self.schema).rows
 
     def cell_ids(self) -> set[str]:
         return {row["cell_id"] for row in self.rows()}
 
+    def header(self) -> list[str]:
+        """The column names on the file's first line (empty when there is no file)."""
+        return read_text(self.path, self.schema).header
+
+    def repair_torn_tail(self) -> str | None:
+        """Cut a last line without its newline (an interrupted append) off the file, keeping its bytes
+        in `runs.csv.torn-<UTC time>`; what was done, or None when the file ends cleanly."""
+        torn = read_text(self.path, self.schema).torn_tail
+        if not torn:
+            return None
+        side = self.path.with_name(f"{self.path.name}.torn-{utc_now().replace(':', '')}")
+        try:
+            with side.open("ab") as handle:
+                handle.write(torn)
+                handle.flush()
+                os.fsync(handle.fileno())
+            with self.path.open("r+b") as handle:
+                handle.truncate(self.path.stat().st_size - len(torn))
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise ResultsFileError(f"{self.path}: the incomplete last line could not be set aside "
+                                   f"({exc.strerror or exc})") from None
+        return (f"{self.path}: the last line was incomplete (an interrupted write); its {len(torn)} bytes "
+                f"were moved to {side.name}")
+
     def write(self, row: dict) -> None:
-        """Append `row`, or replace the earlier row of the same cell."""
+        """Append `row`, or replace the earlier row of the same cell; `RowNotWritten` if the disk refuses."""
         unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
-        existing = self.rows()
-        if any(old["cell_id"] == row["cell_id"] for old in existing):
-            kept = [old for old in existing if old["cell_id"] != row["cell_id"]]
-            self._rewrite(kept + [row])
-        elif not self.path.exists() or self._header() != self.columns:
-            self._rewrite(existing + [row])
-        else:
-            self._append(_csv_text([row], self.columns))
-
-    def header(self) -> list[str]:
-        """The column names on the file's first line (empty when there is no file)."""
-        if not self.path.exists():
-            return []
-        return self._header()
-
-    def _header(self) -> list[str]:
-        with self.path.open(newline="") as handle:
-            return next(csv.reader(handle), [])
+        note = self.repair_torn_tail()
+        if note:
+            print(note, file=sys.stderr)
+        current = read_text(self.path, self.schema)
+        existing = current.rows
+        name = tuple(cell_text(row.get(column)) for column in self.key)
+        try:
+            if any(tuple(old[column] for column in self.key) == name for old in existing):
+                kept = [old for old in existing if tuple(old[column] for column in self.key) != name]
+                self._rewrite(kept + [row])
+            elif not self.path.exists() or current.header != self.columns:
+                self._rewrite(existing + [row])
+            else:
+                self._append(_csv_text([row], self.columns))
+        except OSError as exc:
+            raise RowNotWritten(self.path, exc, _csv_text([row], self.columns, header=True)) from None
 
     def _append(self, text: str) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                write_all(fd, text.encode())
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):  # leave no torn line behind
+                    os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
 
     def _rewrite(self, rows: list[dict]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".csv.tmp")
-        with temporary.open("w", newline="") as handle:
-            handle.write(_csv_text(rows, self.columns, header=True))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
-
-    def _drop_torn_last_line(self) -> None:
-        # A kill in the middle of an append can leave a line without its newline.
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with self.path.open("r+b") as handle:
-                handle.truncate(data.rfind(b"\n") + 1)
+        # A temporary file of this process's own: two writers never share one name.
+        fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            try:
+                write_all(fd, _csv_text(rows, self.columns, header=True).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
 
 def _csv_text(rows: list[dict], columns: list[str], header: bool = False) -> str:
@@ -108,13 +198,5 @@ def _csv_text(rows: list[dict], columns: list[str], header: bool = False) -> str
     if header:
         writer.writeheader()
     for row in rows:
-        writer.writerow({key: _cell_text(row.get(key)) for key in columns})
+        writer.writerow({key: cell_text(row.get(key)) for key in columns})
     return buffer.getvalue()
-
-
-def _cell_text(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

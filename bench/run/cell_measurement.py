@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from bench.measure.failure import first_line, is_out_of_memory
 from bench.measure.flops import FlopsPerSample
 from bench.measure.memory import (
     allocator_peaks,
+    expandable_segments_in_effect,
     optimizer_state_bytes,
     param_bytes,
     reset_allocator_peak,
@@ -80,15 +82,24 @@ class Distribution(Protocol):
 
 def child_main(task: CellTask, connection: Connection) -> None:
     """Process entry point: send back the cell's outcome, whatever happens."""
+    # Ctrl-C reaches the whole process group; the runner decides and kills this process itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if task.runner_pid:
         exit_with(task.runner_pid)
-    connection.send(measured_outcome(task))
-    connection.close()
+    outcome = measured_outcome(task)
+    try:
+        connection.send(outcome)
+        connection.close()
+    except (BrokenPipeError, ConnectionResetError):  # the runner stopped listening (interrupted): nothing to say
+        os._exit(0)
 
 
 def measured_outcome(task: CellTask, distribution: Distribution | None = None) -> dict:
     """The cell's outcome: its measured columns with status ok, or the failure as a row's columns."""
     try:
+        # The allocator's setting first: the memory cap (and DDP's set_device) initialise CUDA, after which
+        # PYTORCH_CUDA_ALLOC_CONF is no longer read.
+        configure_allocator(task.cell.allocator, torch.device(task.device.type))
         _apply_memory_limit(task)
         return {"status": "ok", **measure_cell(task, distribution)}
     except (OptimizerUnavailable, AllocatorUnavailable, LoaderUnavailable) as exc:
@@ -105,11 +116,10 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
 
 def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: contextlib.ExitStack) -> dict:
     cell, device = task.cell, torch.device(task.device.type)
-    configure_allocator(cell.allocator, device)
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
     model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
-                        channels_last=cell.channels_last, device=device)
+                        channels_last=cell.channels_last, attention=cell.attention, device=device)
     if distribution:
         model = distribution.wrap(model)
     if cell.compile == "on":
@@ -147,6 +157,7 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
         **throughput_columns(cell.effective_batch, step_times_ms, task.flops, task.peak),
         **(distribution.columns(cell.measured_steps) if distribution else {}),
         **source.columns(step_times_ms, cell.effective_batch),
+        "expandable_segments": expandable_segments_in_effect(device),
     }
 
 
@@ -165,9 +176,14 @@ def configure_allocator(allocator: str, device: torch.device) -> None:
     if device.type != "cuda":
         raise AllocatorUnavailable(f"allocator {allocator}: a setting of CUDA's caching allocator; "
                                    f"not testable on {device.type}")
+    if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == _EXPANDABLE:  # set already (a DDP rank, before set_device)
+        return
     if torch.cuda.is_initialized():  # forked from a server that must not have touched CUDA
         raise RuntimeError(f"allocator {allocator}: CUDA was initialised before the setting could apply")
-    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = _EXPANDABLE
+
+
+_EXPANDABLE = "expandable_segments:True"
 
 
 def _first_step(run_step, cell: Cell) -> None:

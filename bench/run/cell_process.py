@@ -69,15 +69,16 @@ def run_isolated(task: CellTask, timeout_s: float, context: multiprocessing.cont
         if not receiver.poll(timeout_s):
             return failure("timeout", "Timeout", f"no result within {timeout_s:g} s; the process was killed")
         try:
-            return receiver.recv()
+            outcome = receiver.recv()
         except EOFError:
             process.join(_KILL_GRACE_S)
             return _crash_outcome(process.exitcode)
+        process.join(_KILL_GRACE_S)  # it has reported and is exiting
+        return outcome
     finally:
         receiver.close()
-        process.join(_KILL_GRACE_S)
-        if process.is_alive():
-            process.kill()
+        if process.is_alive():  # timed out, interrupted (Ctrl-C, SIGTERM) or stuck: no grace, a timeout costs
+            process.kill()      # its limit and an interrupt stops now
             process.join()
 
 

@@ -25,7 +25,12 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.grid.cell import DdpSync
-from bench.run.cell_measurement import CellTask, exit_with, measured_outcome
+from bench.run.cell_measurement import (
+    CellTask,
+    configure_allocator,
+    exit_with,
+    measured_outcome,
+)
 from bench.run.ddp_launch import threads_per_rank
 
 COLLECTIVE_TIMEOUT_S = 120
@@ -107,6 +112,7 @@ class DdpDistribution:
 def run_rank(task: CellTask, rank: int, local_rank: int, world_size: int) -> dict:
     """This rank's outcome: joins the process group, measures the cell under DDP, leaves."""
     if task.device.type == "cuda":
+        configure_allocator(task.cell.allocator, torch.device("cuda"))  # before set_device, which starts CUDA
         torch.cuda.set_device(local_rank)
         device, backend = torch.device("cuda", local_rank), "nccl"
     else:

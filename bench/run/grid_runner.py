@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,7 +23,7 @@ from bench.measure.flops import FlopsPerSample, flops_per_sample
 from bench.measure.peak import device_peak
 from bench.results.provenance import provenance
 from bench.results.schema import config_columns
-from bench.results.store import RunsFile
+from bench.results.store import RowNotWritten, RunsFile, preflight, results_folder
 from bench.run.cell_input import fill_synthetic_samples_per_s
 from bench.run.cell_measurement import CellTask
 from bench.run.ddp_launch import baseline_cell_id, scaling_efficiency
@@ -54,7 +55,8 @@ class RunOptions:
 
 
 def results_dir(grid: Grid, device: DeviceInfo, results_root: Path) -> Path:
-    return Path(results_root) / grid.name / device.tag
+    """`<results_root>/<experiment>/<device tag>`, checked to lie inside the root."""
+    return results_folder(results_root, grid.name, device.tag)
 
 
 def cells_to_run(grid: Grid, existing: dict[str, dict], options: RunOptions) -> list[Cell]:
@@ -71,23 +73,30 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
     """Measure the grid's missing cells; returns every row of the grid's cells, old and new."""
     if options.nproc is not None:
         grid = with_world_size(grid, options.nproc)
-    runs = RunsFile(results_dir(grid, device, options.results_root) / "runs.csv")
-    existing = {row["cell_id"]: row for row in runs.rows()}
+    folder = results_dir(grid, device, options.results_root)
+    runs = RunsFile(folder / "runs.csv")
+    existing = {row["cell_id"]: row for row in runs.rows()}  # a corrupt file stops the grid here
     todo = cells_to_run(grid, existing, options)
+    if todo:
+        preflight(folder)  # a folder that cannot take rows fails before anything is measured
+        note = runs.repair_torn_tail()
+        if note:
+            print(note, file=sys.stderr)
     peaks = {precision: device_peak(device, precision, options.results_root)
              for precision in sorted({c.precision for c in todo})}
     stamp = provenance()
     data = options.data
     if data is None and any(cell.input != "synthetic" for cell in todo):
         data = open_data(None)
-    tasks = [CellTask(cell, device, peaks[cell.precision], _flops_or_none(cell), options.memory_limit_gib,
+    flops = flops_by_cell(todo)
+    tasks = [CellTask(cell, device, peaks[cell.precision], flops[cell.cell_id], options.memory_limit_gib,
                       runner_pid=os.getpid(), data=None if cell.input == "synthetic" else data) for cell in todo]
     executor = make_executor(options.executor, options.slurm)
     finished = executor.run(tasks, options.timeout_s or grid.run.timeout_s, on_start)
     with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs
         for index, (task, outcome) in enumerate(finished):
             row = {**config_columns(task.cell, device), **stamp, **outcome}
-            runs.write(row)
+            write_or_show(runs, row)
             if on_row:
                 on_row(row, index, len(todo))
     fill_scaling_efficiency(grid.cells, runs)
@@ -110,9 +119,31 @@ def fill_scaling_efficiency(cells: Sequence[Cell], runs: RunsFile) -> None:
             runs.write({**row, "scaling_efficiency": efficiency})
 
 
-def _flops_or_none(cell: Cell) -> FlopsPerSample | None:
+def write_or_show(runs: RunsFile, row: dict) -> None:
+    """Write `row`; when the disk refuses, print it (so the measurement is not lost) and stop the grid."""
     try:
-        return flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
-    except Exception as exc:  # noqa: BLE001 - FLOPs are one column; the cell still runs
-        print(f"warning: FLOPs of {cell.model} could not be counted ({first_line(exc)}); MFU left empty")
-        return None
+        runs.write(row)
+    except RowNotWritten as exc:
+        sys.stdout.write(f"# row of {row['cell_id']}, not written to {runs.path}:\n{exc.row_text}")
+        sys.stdout.flush()
+        raise
+
+
+def flops_by_cell(cells: Sequence[Cell]) -> dict[str, FlopsPerSample | None]:
+    """Each cell's FLOPs per sample, counted once per configuration; a model whose FLOPs cannot be
+    counted is one warning, however many cells it has (MFU left empty)."""
+    counted: dict[tuple, FlopsPerSample | None] = {}
+    failed: set[str] = set()
+    by_cell = {}
+    for cell in cells:
+        key = (cell.model, cell.image_size, cell.checkpointing)
+        if key not in counted:
+            counted[key] = None
+            if cell.model not in failed:
+                try:
+                    counted[key] = flops_per_sample(*key)
+                except Exception as exc:  # noqa: BLE001 - FLOPs are one column; the cell still runs
+                    failed.add(cell.model)
+                    print(f"warning: FLOPs of {cell.model} could not be counted ({first_line(exc)}); MFU left empty")
+        by_cell[cell.cell_id] = counted[key]
+    return by_cell

@@ -10,8 +10,12 @@ NUM_CLASSES = 1000
 
 
 def build_model(name: str, image_size: int, *, checkpointing: str = "off",
-                channels_last: bool = False, device: torch.device | str = "cpu") -> torch.nn.Module:
+                channels_last: bool = False, attention: str = "sdpa",
+                device: torch.device | str = "cpu") -> torch.nn.Module:
     """A timm model in train mode, random weights, on `device`.
+
+    `attention="eager"` turns off timm's fused attention (`fused_attn`) in every block: an
+    explicit softmax between two matmuls, as timm ran before PyTorch had fused attention.
 
     Example:
         >>> model = build_model("test_vit", 32, checkpointing="full")
@@ -20,12 +24,28 @@ def build_model(name: str, image_size: int, *, checkpointing: str = "off",
     """
     with torch.device(device):
         model = _create(name, image_size)
+    if attention == "eager":
+        for module in model.modules():
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False
     model.set_grad_checkpointing(checkpointing == "full")
     if checkpointing.startswith("last-"):
         checkpoint_last_blocks(model, int(checkpointing.removeprefix("last-")))
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     return model.train()
+
+
+def has_batch_norm(name: str, image_size: int) -> bool:
+    """Whether the model normalises over the batch (BatchNorm), which cannot train on one sample
+    once a layer's output is 1x1: its per-channel statistics then have a single value.
+
+    >>> has_batch_norm("test_resnet", 32), has_batch_norm("test_vit", 32)
+    (True, False)
+    """
+    with torch.device("meta"):  # the layer types only: no weights allocated
+        model = _create(name, image_size)
+    return any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in model.modules())
 
 
 class _Checkpointed(torch.nn.Module):

@@ -1,0 +1,192 @@
+"""`bench predict`: predicted speed on catalog GPUs without a GPU; the fit and validation of its model."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from pathlib import Path
+
+from bench.errors import OptionError
+from bench.grid.spec import load_grid
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+VALIDATION_DIR = Path("docs/speed")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    predict = commands.add_parser("predict", help="predicted samples/s of every cell on catalog GPUs, no GPU needed")
+    predict.set_defaults(handler=predict_command)
+    predict.add_argument("files", nargs="*", type=Path, metavar="FILE", help="grid file (TOML); its CUDA grid")
+    predict.add_argument("--gpu", action="append", default=[], metavar="KEY",
+                         help="catalog GPU key (bench/data/gpus.csv; repeatable; default: every GPU)")
+    predict.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                         help="predict only the cells with this axis value, e.g. optimizer=adamw (repeatable)")
+    predict.add_argument("--results", type=Path, default=Path("results"),
+                         help="results root; rows go to <root>/<experiment>/predicted/ (default: results)")
+    mode = predict.add_mutually_exclusive_group()
+    mode.add_argument("--fit", action="store_true",
+                      help="refit the efficiency parameters on the traced reference rows -> bench/data/speed_params.json")
+    mode.add_argument("--validate", action="store_true",
+                      help=f"leave-one-family-out errors, cross-GPU ratios and the scatter chart -> {VALIDATION_DIR}/")
+    mode.add_argument("--trace-reference", action="store_true",
+                      help="trace the reference subset again -> bench/data/reference/reference_ops.csv.gz (minutes)")
+    mode.add_argument("--measure-host", action="store_true",
+                      help="measure this CPU's dispatch cost per op -> bench/data/host_dispatch.csv")
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    modes = [args.fit, args.validate, args.trace_reference, args.measure_host]
+    if any(modes) and args.files:
+        raise OptionError("FILE: --fit, --validate, --trace-reference and --measure-host take no grid files")
+    if args.fit:
+        return _fit()
+    if args.validate:
+        return _validate()
+    if args.trace_reference:
+        return _trace_reference()
+    if args.measure_host:
+        return _measure_host()
+    if not args.files:
+        raise OptionError("FILE: give at least one grid file (or --fit, --validate, --trace-reference, --measure-host)")
+    return _predict(args)
+
+
+def _gpus(keys: list[str]) -> tuple[str, ...] | None:
+    from bench.measure.hardware import gpu_keys
+
+    unknown = [key for key in keys if key not in gpu_keys()]
+    if unknown:
+        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; known: {', '.join(gpu_keys())}")
+    return tuple(keys) or None
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from bench.results.read import read_runs, records
+    from bench.speed.model import load_model_file
+    from bench.speed.predict import PREDICTED_COLUMNS, accumulation_loss, describe_prediction, predict_grid
+
+    gpus = _gpus(args.gpu)
+    grids = [_only(load_grid(path, "cuda"), args.only) for path in args.files]  # every file validated first
+    model = load_model_file()
+    for grid in grids:
+        print(f"{grid.name}: {len(grid.cells)} cells x {len(gpus) if gpus else 'every'} GPU, {model.basis()}")
+        path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
+        table = accumulation_loss(records(read_runs(path, PREDICTED_COLUMNS)))
+        written = path.parent / "accumulation.csv"
+        _write_csv(table, written)
+        print(f"  wrote {path} and {written} (throughput lost at the most-accumulated split, per GPU)")
+        for line in table:
+            print(f"  {line['gpu']:<15} {line['model']} {line['precision']} ckpt-{line['checkpointing']} {line['optimizer']}: "
+                  f"{line['accumulated_split']} loses {line['throughput_lost_pct']:.1f} % vs {line['large_split']} "
+                  f"({line['accumulated_bound']}-bound)")
+    return 0
+
+
+def _only(grid, conditions: list[str]):
+    """`grid` with only the cells whose axes have the `AXIS=VALUE` values."""
+    from dataclasses import replace
+
+    from bench.grid.cell import axes
+
+    wanted = {}
+    for condition in conditions:
+        name, _, value = condition.partition("=")
+        if name not in axes() or not value:
+            raise OptionError(f"--only {condition}: want AXIS=VALUE with AXIS one of {', '.join(axes())}")
+        wanted[name] = value
+    cells = tuple(c for c in grid.cells if all(str(getattr(c, n)).lower() == v.lower() for n, v in wanted.items()))
+    return replace(grid, cells=cells)
+
+
+def _fit() -> int:
+    from bench.speed.fit import fitted_params_json
+    from bench.speed.model import PARAMS_FILE
+
+    text, data = fitted_params_json()
+    (DATA / PARAMS_FILE).write_text(text)
+    print(f"fitted on {len(data.rows)} reference rows -> {DATA / PARAMS_FILE}; run --validate to re-measure "
+          "its errors")
+    print(text, end="")
+    return 0
+
+
+def _validate() -> int:
+    from bench.report.speed_chart import write_validation_chart
+    from bench.speed.model import PARAMS_FILE, load_model_file, params_json
+    from bench.speed.validate import cross_gpu_ratios, validation_table
+
+    current = load_model_file()
+    VALIDATION_DIR.mkdir(parents=True, exist_ok=True)
+    rows, by_family, overall = validation_table()
+    _write_csv(rows, VALIDATION_DIR / "validation.csv")
+    _write_csv(by_family, VALIDATION_DIR / "validation_by_family.csv")
+    ratios = cross_gpu_ratios()
+    _write_csv(ratios, VALIDATION_DIR / "cross_gpu.csv")
+    chart = write_validation_chart(rows, overall, VALIDATION_DIR / "validation.png")
+    (VALIDATION_DIR / "validation.md").write_text(_validation_markdown(by_family, overall, ratios, current.version))
+    (DATA / PARAMS_FILE).write_text(params_json(current.version, current.params, current.fitted_on,
+                                                {key: overall[key] for key in ("median_error_pct", "p90_error_pct")}))
+    print(_validation_markdown(by_family, overall, ratios, current.version))
+    print(f"wrote {VALIDATION_DIR}/validation.md, validation.csv, validation_by_family.csv, cross_gpu.csv, {chart}")
+    return 0
+
+
+def _validation_markdown(by_family: list[dict], overall: dict, ratios: list[dict], version: str) -> str:
+    lines = [f"# Throughput model {version}: validation", "",
+             "Leave-one-family-out on the reference rows (timm's RTX 3090 AMP fp16 training throughput, "
+             "`bench/data/reference/`): each family predicted by a fit that never saw it. "
+             "Error = |predicted / measured - 1|. Written by `bench predict --validate`.", "",
+             "| family | rows | median error % | p90 error % | median predicted / measured |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['family']} | {r['rows']} | {r['median_error_pct']} | {r['p90_error_pct']} | "
+              f"{r['median_ratio']} |" for r in by_family]
+    lines += [f"| **all** | {overall['rows']} | **{overall['median_error_pct']}** | **{overall['p90_error_pct']}** | "
+              f"{overall['median_ratio']} |", "",
+              "Targets: median <= 15 %, p90 <= 35 %.", "",
+              "## Predicted ratios between GPUs (samples/s relative to the A100-80GB, same cell)", "",
+              "Predicted by the fitted model from datasheet peaks and bandwidths; compare with published "
+              "cross-GPU figures.", "",
+              "| model | precision | micro-batch | " + " | ".join(k for k in ratios[0] if k.endswith("_x")) + " |",
+              "|---|---|---|" + "---|" * sum(k.endswith("_x") for k in ratios[0])]
+    lines += [f"| {r['model']} | {r['precision']} | {r['micro_batch']} | " +
+              " | ".join(str(r[k]) for k in r if k.endswith("_x")) + " |" for r in ratios]
+    return "\n".join(lines) + "\n"
+
+
+def _trace_reference() -> int:
+    from bench.speed.reference import (
+        OPS_FILE,
+        REFERENCE_FOLDER,
+        reference_rows,
+        select_rows,
+        trace_reference,
+        write_reference_ops,
+    )
+
+    rows = select_rows(reference_rows())
+    print(f"tracing {len(rows) // 2} models (channels-last rows; contiguous rows derived)")
+    tables = trace_reference(rows, lambda row, outcome: print(f"  {row.model}: {outcome}", flush=True))
+    path = DATA / REFERENCE_FOLDER / OPS_FILE
+    write_reference_ops(tables, path)
+    print(f"wrote {path} ({len(tables)} traces)")
+    return 0
+
+
+def _measure_host() -> int:
+    from bench.speed.host import HOST_FILE, measure_host_dispatch, write_host_dispatch
+
+    row = measure_host_dispatch()
+    write_host_dispatch(row, DATA / HOST_FILE)
+    print(f"{row['us_per_op']} us per dispatched op ({row['ops_per_step']} ops, fastest step {row['step_ms']} ms, "
+          f"{row['cpu_model']}) -> {DATA / HOST_FILE}; refit (bench predict --fit) to use it")
+    return 0
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    text = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(text, list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    path.write_text(text.getvalue())

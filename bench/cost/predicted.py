@@ -1,0 +1,161 @@
+"""Plan rows without measurements: memory from the estimator, speed from the throughput model.
+
+For a model, image size and effective batch E, each (precision, checkpointing) is traced at two
+micro-batches (`TRACED_MICRO_BATCHES`, K = 2, one fake trace each for memory and ops). Peak memory
+and every op's FLOPs and bytes are linear in the micro-batch, so the two traces give any size:
+per GPU, the largest power-of-two micro-batch m that divides E and fits (peak + headroom), with
+K = E / m, is predicted on that GPU. fp16 is read off bf16's trace (the same shapes; its GradScaler's
+few ops are left out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the
+model predicts them alike. The rows are `MeasuredRow`s with basis `predicted`, so `make_plan` ranks them
+beside measured rows, and a measured row of the same option wins.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from bench.cost.price import MeasuredRow
+from bench.grid.cell import Cell
+from bench.measure.flops import flops_per_sample
+from bench.measure.hardware import gpu_spec
+from bench.measure.utilization import utilization_pct
+from bench.memory.estimate import FakeModels
+from bench.memory.fit import memory_fit
+from bench.speed.model import NoDatasheetPeak, gpu_rates, load_model_file, step_time
+from bench.speed.trace import StepOps, trace_cell
+
+TRACED_MICRO_BATCHES = (4, 8)
+MEMORY_METHOD = (f"memory: the estimator's peak (fake-tensor trace, reserved) at micro-batches {TRACED_MICRO_BATCHES}, "
+                 "K = 2, read off the line through them; + headroom against the GPU's nominal memory")
+DEFAULT_PRECISIONS = ("bf16", "fp16", "tf32")
+_SEGMENT_BYTES = 2 * 2**20
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCandidates:
+    """What to predict for a plan."""
+
+    model: str
+    image_size: int
+    effective_batch: int
+    gpus: tuple[str, ...]
+    precisions: tuple[str, ...] = DEFAULT_PRECISIONS
+    checkpointing: tuple[str, ...] = ("off",)
+    optimizer: str = "adamw"
+    channels_last: bool = True
+    headroom: float = 0.10
+
+
+@dataclass
+class Traced:
+    """The line through two traces: peak bytes and ops at any micro-batch."""
+
+    low: tuple[int, float, StepOps]
+    high: tuple[int, float, StepOps]
+
+    def peak_bytes(self, micro_batch: int) -> float:
+        (m1, p1, _), (m2, p2, _) = self.low, self.high
+        return p1 + (p2 - p1) * (micro_batch - m1) / (m2 - m1)
+
+    def largest_fitting(self, capacity_gib: float, headroom: float, limit: int) -> int:
+        """The largest power-of-two micro-batch <= limit that divides `limit` and fits (0: none)."""
+        m = 1
+        while m * 2 <= limit and limit % (m * 2) == 0 and memory_fit(self.peak_bytes(m * 2), headroom, capacity_gib).fits:
+            m *= 2
+        return m if memory_fit(self.peak_bytes(m), headroom, capacity_gib).fits else 0
+
+    def ops(self, micro_batch: int) -> StepOps:
+        return self.low[2].at_micro_batch(self.high[2], micro_batch)
+
+
+@dataclass
+class Progress:
+    traces: int = 0
+    seconds: float = 0.0
+    refused: dict[str, int] = field(default_factory=dict)
+
+
+def predicted_plan_rows(request: PlanCandidates, on_trace: Callable[[str], None] | None = None,
+                        progress: Progress | None = None) -> list[MeasuredRow]:
+    """One predicted row per (GPU, precision, checkpointing) that fits, at the largest fitting micro-batch."""
+    model_file = load_model_file()
+    progress = progress or Progress()
+    models = FakeModels()
+    rows = []
+    traced_precisions = sorted({"bf16" if p == "fp16" else p for p in request.precisions},
+                               key=("bf16", "tf32", "fp32").index)
+    for checkpointing in request.checkpointing:
+        for traced_precision in traced_precisions:
+            began = time.monotonic()
+            traced = _trace_line(request, traced_precision, checkpointing, models)
+            progress.traces += 2
+            progress.seconds += time.monotonic() - began
+            if on_trace:
+                on_trace(f"traced {request.model} {traced_precision} ckpt-{checkpointing} at micro-batches "
+                         f"{TRACED_MICRO_BATCHES} ({time.monotonic() - began:.1f} s)")
+            for precision in request.precisions:
+                if ("bf16" if precision == "fp16" else precision) != traced_precision:
+                    continue
+                for gpu in request.gpus:
+                    if precision == "fp16" and "bf16" in request.precisions and \
+                            gpu_spec(gpu).peak_tflops["bf16_tflops"] is not None:
+                        _count(progress, "fp16 where bf16 runs (predicted alike)")
+                        continue
+                    row = _row(request, traced, precision, checkpointing, gpu, model_file, progress)
+                    if row is not None:
+                        rows.append(row)
+    return rows
+
+
+def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, models: FakeModels) -> Traced:
+    points = []
+    for micro_batch in TRACED_MICRO_BATCHES:
+        cell = Cell(experiment="plan", profile="cuda", model=request.model, image_size=request.image_size,
+                    micro_batch=micro_batch, accum_steps=2, precision=precision, checkpointing=checkpointing,
+                    optimizer=request.optimizer, channels_last=request.channels_last, warmup_steps=1,
+                    measured_steps=1)
+        estimate, ops = trace_cell(cell, models)
+        points.append((micro_batch, float(estimate.peak_reserved_bytes), ops))
+    return Traced(*points)
+
+
+def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing: str, gpu: str, model_file,
+         progress: Progress) -> MeasuredRow | None:
+    spec = gpu_spec(gpu)
+    try:
+        rates = gpu_rates(spec, precision)
+    except NoDatasheetPeak:
+        _count(progress, f"{precision} on GPUs without a datasheet peak for it")
+        return None
+    micro_batch = traced.largest_fitting(spec.memory_gib, request.headroom, request.effective_batch)
+    if micro_batch == 0:
+        _count(progress, f"{precision} ckpt-{checkpointing}: not even micro-batch 1 fits")
+        return None
+    accum_steps = request.effective_batch // micro_batch
+    ops = traced.ops(micro_batch)
+    if precision == "fp16":
+        ops = ops.with_dtype("bfloat16", "float16")
+    step = step_time(ops.for_step(accum_steps), rates, model_file.params)
+    samples_per_s = request.effective_batch / step.step_time_s
+    flops = flops_per_sample(request.model, request.image_size, checkpointing)
+    peak = _whole_segments(traced.peak_bytes(micro_batch))
+    basis = f"{model_file.basis()}, {step.bound}-bound" + ("; fp16 from the bf16 trace" if precision == "fp16" else "")
+    return MeasuredRow(cell_id=f"predicted-{request.model}-{request.image_size}px-{micro_batch}x{accum_steps}-"
+                               f"{precision}-ckpt_{checkpointing}-{request.optimizer}-{gpu}",
+                       experiment="plan", profile="cuda", model=request.model, image_size=request.image_size,
+                       micro_batch=micro_batch, accum_steps=accum_steps, precision=precision,
+                       checkpointing=checkpointing, optimizer=request.optimizer, device_type="cuda",
+                       device_name=f"predicted for {gpu}", samples_per_s=samples_per_s,
+                       mfu_pct=utilization_pct(flops.model, samples_per_s, rates.headline_peak_flops_per_s),
+                       model_flops_per_sample=flops.model, peak_memory_bytes=peak, peak_reserved_bytes=peak,
+                       memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=basis)
+
+
+def _count(progress: Progress, why: str) -> None:
+    progress.refused[why] = progress.refused.get(why, 0) + 1
+
+
+def _whole_segments(nbytes: float) -> int:
+    return int(-(-nbytes // _SEGMENT_BYTES) * _SEGMENT_BYTES)

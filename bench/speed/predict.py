@@ -1,0 +1,183 @@
+"""Predicted speed of a cell on a catalog GPU, and a grid's predictions as rows.
+
+Rows go to `results/<experiment>/predicted/runs.csv`, one per cell and GPU, status `predicted`:
+the estimator's columns (memory, from the same fake trace) plus `PREDICTED_COLUMNS`. Reports
+never mistake them for measurements (they read status ok); `bench cost` and `bench plan` price
+them with the basis `predicted`, and a measured row of the same configuration wins.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from bench.grid.cell import Cell
+from bench.grid.spec import Grid
+from bench.measure.flops import flops_per_sample
+from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
+from bench.measure.utilization import utilization_pct
+from bench.memory.estimate import Estimate, FakeModels
+from bench.memory.estimate_grid import ESTIMATE_COLUMNS, estimate_device, estimate_row
+from bench.results.provenance import provenance, utc_now
+from bench.results.schema import Column, config_columns, failure, failure_from
+from bench.results.store import RunsFile
+from bench.speed.model import ModelFile, NoDatasheetPeak, StepTime, gpu_rates, load_model_file, step_time
+from bench.speed.trace import StepOps, trace_cell
+
+PREDICTED_FOLDER = "predicted"
+PREDICTED_COLUMNS: dict[str, Column] = {
+    **ESTIMATE_COLUMNS,
+    "gpu": Column("str", "catalog key of the GPU predicted for (bench/data/gpus.csv)"),
+    "predicted_step_time_ms": Column("float", "predicted optimizer step: max(GPU time, host dispatch time)"),
+    "predicted_gpu_ms": Column("float", "sum of the ops' roofline times and per-kernel costs"),
+    "predicted_host_ms": Column("float", "ops dispatched x the host's measured cost per op"),
+    "predicted_compute_ms": Column("float", "time of the ops bound by FLOPs"),
+    "predicted_memory_ms": Column("float", "time of the ops bound by memory bandwidth"),
+    "predicted_kernel_overhead_ms": Column("float", "fixed per-kernel cost, all kernels"),
+    "predicted_bound": Column("str", "compute | memory | overhead (per-kernel cost or host dispatch): what sets "
+                                     "the predicted step"),
+    "speed_model_version": Column("str", "version of bench/data/speed_params.json"),
+    "speed_basis": Column("str", "predicted (model vX, validation median error Y %)"),
+}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One cell on one GPU."""
+
+    gpu: str
+    step: StepTime
+    samples_per_s: float
+    peak_flops_per_s: float
+    peak_source: str
+    mfu_pct: float
+    hfu_pct: float
+    model_flops_per_sample: float
+    hardware_flops_per_sample: float
+
+
+def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None = None) -> Prediction:
+    """`cell`'s predicted step on `spec` (raises `NoDatasheetPeak` when the catalog lacks a figure).
+
+    Example:
+        >>> from bench.speed.trace import trace_step_ops
+        >>> cell = Cell(experiment="e", profile="cuda", model="test_resnet", image_size=32, micro_batch=8,
+        ...             accum_steps=1, precision="bf16", checkpointing="off", optimizer="sgd",
+        ...             channels_last=True, warmup_steps=1, measured_steps=1)
+        >>> p = predict_on(cell, trace_step_ops(cell), gpu_spec("H100-80GB"))
+        >>> p.step.bound, p.samples_per_s > 0
+        ('overhead', True)
+    """
+    model = model or load_model_file()
+    rates = gpu_rates(spec, cell.precision)
+    step = step_time(ops.for_step(cell.accum_steps), rates, model.params)
+    samples_per_s = cell.effective_batch / step.step_time_s
+    flops = flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
+    peak = rates.headline_peak_flops_per_s
+    return Prediction(spec.gpu, step, samples_per_s, peak,
+                      f"datasheet: {spec.gpu} {PEAK_COLUMN[cell.precision]} ({spec.source})",
+                      utilization_pct(flops.model, samples_per_s, peak),
+                      utilization_pct(flops.hardware, samples_per_s, peak), flops.model, flops.hardware)
+
+
+def prediction_columns(prediction: Prediction, model: ModelFile) -> dict:
+    """The speed columns of a predicted row."""
+    step = prediction.step
+    return {
+        "gpu": prediction.gpu, "samples_per_s": prediction.samples_per_s,
+        "predicted_step_time_ms": round(step.step_time_s * 1e3, 4), "predicted_gpu_ms": round(step.gpu_s * 1e3, 4),
+        "predicted_host_ms": round(step.host_s * 1e3, 4), "predicted_compute_ms": round(step.compute_s * 1e3, 4),
+        "predicted_memory_ms": round(step.memory_s * 1e3, 4),
+        "predicted_kernel_overhead_ms": round(step.kernel_overhead_s * 1e3, 4), "predicted_bound": step.bound,
+        "model_flops_per_sample": prediction.model_flops_per_sample,
+        "hardware_flops_per_sample": prediction.hardware_flops_per_sample,
+        "peak_flops_per_s": prediction.peak_flops_per_s, "peak_flops_source": prediction.peak_source,
+        "mfu_pct": prediction.mfu_pct, "hfu_pct": prediction.hfu_pct,
+        "speed_model_version": model.version, "speed_basis": model.basis(),
+    }
+
+
+def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None = None) -> list[dict]:
+    """`cell`'s rows, one per GPU: predicted, or skipped (no datasheet figure), or one error for all."""
+    model = load_model_file()
+    device = estimate_device("cuda")
+    base = {**config_columns(cell, device), "device_tag": PREDICTED_FOLDER, "started_utc": utc_now()}
+    began = time.monotonic()
+    try:
+        estimate, ops = trace_cell(cell, models)
+    except Exception as exc:  # noqa: BLE001 - a cell that cannot be traced is a row, not a stop
+        return [{**base, "gpu": gpu, **failure_from(exc)} for gpu in gpus]
+    memory = _memory_columns(cell, estimate)
+    rows = []
+    for gpu in gpus:
+        row = {**base, **memory, "device_name": f"predicted for {gpu} (throughput model, no device)"}
+        try:
+            row.update(prediction_columns(predict_on(cell, ops, gpu_spec(gpu), model), model))
+        except NoDatasheetPeak as exc:
+            row.update({"gpu": gpu, **failure("skipped", "NoDatasheetPeak", str(exc))})
+        rows.append({**row, "duration_s": round(time.monotonic() - began, 3)})
+    return rows
+
+
+def _memory_columns(cell: Cell, estimate: Estimate) -> dict:
+    row = estimate_row(cell, estimate)
+    if cell.accum_steps > 2:
+        row["estimate_method"] += "; traced with K = 2 (later micro-steps repeat the second's memory)"
+    return {**row, "status": "predicted"}
+
+
+def predict_grid(grid: Grid, results_root: Path, gpus: tuple[str, ...] | None = None,
+                 on_row: Callable[[dict], None] | None = None) -> Path:
+    """Predict every cell of `grid` on `gpus` (default: every catalog GPU) and write the rows."""
+    gpus = gpus or gpu_keys()
+    runs = RunsFile(Path(results_root) / grid.name / PREDICTED_FOLDER / "runs.csv", PREDICTED_COLUMNS,
+                    key=("cell_id", "gpu"))
+    stamp = provenance()
+    models = FakeModels()
+    for cell in grid.cells:
+        for row in predicted_rows(cell, gpus, models):
+            runs.write({**row, **stamp})
+            if on_row:
+                on_row(row)
+    return runs.path
+
+
+def describe_prediction(row: dict) -> str:
+    """One console line per predicted row."""
+    if row["status"] != "predicted":
+        return f"{row['status']:<9} {row['gpu']:<15} {row['cell_id']}  {row['error_type']}: {row['error_message']}"
+    return (f"predicted {row['gpu']:<15} {row['cell_id']}  {row['samples_per_s']:9.1f} samples/s, step "
+            f"{row['predicted_step_time_ms']:.1f} ms, MFU {row['mfu_pct']:.1f} %, {row['predicted_bound']}-bound")
+
+
+def accumulation_loss(rows: list[dict]) -> list[dict]:
+    """Per GPU and configuration, predicted samples/s at the most-accumulated split vs the largest micro-batch.
+
+    >>> r = lambda m, k, s: {"status": "predicted", "gpu": "L4", "model": "m", "image_size": 224, "precision": "bf16",
+    ...     "checkpointing": "off", "optimizer": "adamw", "micro_batch": m, "accum_steps": k, "samples_per_s": s}
+    >>> accumulation_loss([r(64, 1, 100.0), r(8, 8, 80.0)])[0]["throughput_lost_pct"]
+    20.0
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if row["status"] == "predicted":
+            key = (row["gpu"], row["model"], row["image_size"], row["precision"], row["checkpointing"],
+                   row["optimizer"], row["micro_batch"] * row["accum_steps"])
+            groups.setdefault(key, []).append(row)
+    table = []
+    for key, members in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
+        large = min(members, key=lambda r: r["accum_steps"])
+        small = max(members, key=lambda r: r["accum_steps"])
+        if large is small:
+            continue
+        table.append({"gpu": key[0], "model": key[1], "image_size": key[2], "precision": key[3],
+                      "checkpointing": key[4], "optimizer": key[5], "effective_batch": key[6],
+                      "large_split": f"{large['micro_batch']}x{large['accum_steps']}",
+                      "accumulated_split": f"{small['micro_batch']}x{small['accum_steps']}",
+                      "large_samples_per_s": round(large["samples_per_s"], 1),
+                      "accumulated_samples_per_s": round(small["samples_per_s"], 1),
+                      "throughput_lost_pct": round(100 * (1 - small["samples_per_s"] / large["samples_per_s"]), 1),
+                      "accumulated_bound": small.get("predicted_bound")})
+    return table

@@ -1,0 +1,145 @@
+"""A cell's step as a table of ops: traced once on fake tensors, reused for every GPU and K.
+
+The step is the runner's (`bench.memory.estimate.fake_step`, the estimator's path). Two
+micro-steps are traced: the first (gradients created) and the second (gradients accumulated
+into), then the update (optimizer step and zero_grad). A step with K micro-batches is the first
+micro-step, K - 1 times the second, and the update: the prediction for any K costs one trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Literal, get_args
+
+import numpy as np
+
+from bench.grid.cell import Cell
+from bench.memory.estimate import Estimate, FakeModels, estimate_cell, fake_step
+from bench.speed.ops import OpClass, OpRecord, OpRecorder
+
+Part = Literal["first_micro", "next_micro", "update"]
+PARTS: tuple[Part, ...] = get_args(Part)
+OP_CLASSES: tuple[OpClass, ...] = get_args(OpClass)
+DTYPES = ("float16", "bfloat16", "float32", "other")
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """Ops as columns (one entry per op, or per group of identical ops with `count`)."""
+
+    op_class: np.ndarray
+    """Index into `OP_CLASSES`."""
+    dtype: np.ndarray
+    """Index into `DTYPES`."""
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+    channels_last: np.ndarray
+    count: np.ndarray
+    """How many times each entry runs in the step."""
+
+    @classmethod
+    def of(cls, records: Iterable[OpRecord], count: float = 1.0) -> OpTable:
+        rows = [(OP_CLASSES.index(r.op_class), DTYPES.index(r.dtype) if r.dtype in DTYPES else len(DTYPES) - 1,
+                 r.flops, r.bytes_moved, r.channels_last) for r in records]
+        columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
+        return cls(np.array(columns[0], dtype=np.int8), np.array(columns[1], dtype=np.int8),
+                   np.array(columns[2], dtype=np.float64), np.array(columns[3], dtype=np.float64),
+                   np.array(columns[4], dtype=bool), np.full(len(rows), count))
+
+    @classmethod
+    def concat(cls, tables: list[OpTable]) -> OpTable:
+        return cls(*(np.concatenate([getattr(t, name) for t in tables]) for name in _COLUMNS))
+
+    def scaled(self, count: float) -> OpTable:
+        return OpTable(self.op_class, self.dtype, self.flops, self.bytes_moved, self.channels_last,
+                       self.count * count)
+
+    def grouped(self) -> OpTable:
+        """Identical entries merged, their counts summed (the same step, fewer rows), in a fixed order."""
+        keys = np.stack([self.op_class, self.dtype, self.flops, self.bytes_moved, self.channels_last], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        counts = np.bincount(inverse.ravel(), weights=self.count, minlength=len(unique))
+        return OpTable(unique[:, 0].astype(np.int8), unique[:, 1].astype(np.int8), unique[:, 2], unique[:, 3],
+                       unique[:, 4].astype(bool), counts)
+
+
+_COLUMNS = ("op_class", "dtype", "flops", "bytes_moved", "channels_last", "count")
+
+
+@dataclass(frozen=True)
+class StepOps:
+    """The ops of one cell's step, by part (see the module docstring)."""
+
+    parts: dict[Part, OpTable]
+    micro_batch: int
+
+    def at_micro_batch(self, other: StepOps, micro_batch: int) -> StepOps:
+        """The ops at `micro_batch`, read off the line through this trace and `other` (another micro-batch).
+
+        An op's FLOPs and bytes are a constant (weights) plus a part proportional to the micro-batch
+        (activations), so two traces give every size. Raises ValueError when the two traces are not the
+        same op sequence.
+
+        >>> a = StepOps({p: OpTable.of([]) for p in PARTS}, 8)
+        >>> a.at_micro_batch(StepOps(a.parts, 16), 32).micro_batch
+        32
+        """
+        parts = {}
+        for part in PARTS:
+            low, high = self.parts[part], other.parts[part]
+            if len(low.count) != len(high.count) or (low.op_class != high.op_class).any() or \
+                    (low.dtype != high.dtype).any():
+                raise ValueError(f"{part}: traces at micro-batches {self.micro_batch} and {other.micro_batch} "
+                                 "differ in their ops")
+            weight = (micro_batch - self.micro_batch) / (other.micro_batch - self.micro_batch)
+            parts[part] = OpTable(low.op_class, low.dtype, np.maximum(low.flops + weight * (high.flops - low.flops), 0),
+                                  np.maximum(low.bytes_moved + weight * (high.bytes_moved - low.bytes_moved), 0),
+                                  low.channels_last, low.count)
+        return StepOps(parts, micro_batch)
+
+    def with_dtype(self, old: str, new: str) -> StepOps:
+        """The same ops with dtype `old` read as `new` (fp16's step from bf16's trace: the same shapes)."""
+        swap = lambda t: OpTable(t.op_class, np.where(t.dtype == DTYPES.index(old), DTYPES.index(new), t.dtype)
+                                 .astype(np.int8), t.flops, t.bytes_moved, t.channels_last, t.count)
+        return StepOps({part: swap(table) for part, table in self.parts.items()}, self.micro_batch)
+
+    def for_step(self, accum_steps: int) -> OpTable:
+        """Every op of a step of `accum_steps` micro-batches."""
+        if accum_steps > 1 and not len(self.parts["next_micro"].count):
+            raise ValueError("traced with one micro-step: it answers accum_steps 1 only")
+        return OpTable.concat([self.parts["first_micro"], self.parts["next_micro"].scaled(accum_steps - 1),
+                               self.parts["update"]])
+
+
+def trace_step_ops(cell: Cell, models: FakeModels | None = None) -> StepOps:
+    """Record `cell`'s step on fake tensors: two micro-steps and the update (one micro-step when
+    the cell's K is 1: its `for_step` then answers K = 1 only).
+
+    Example:
+        >>> cell = Cell(experiment="e", profile="cuda", model="test_resnet", image_size=32, micro_batch=2,
+        ...             accum_steps=4, precision="bf16", checkpointing="off", optimizer="sgd",
+        ...             channels_last=False, warmup_steps=1, measured_steps=1)
+        >>> ops = trace_step_ops(cell)
+        >>> int(ops.for_step(4).count.sum()) > int(ops.for_step(1).count.sum())
+        True
+    """
+    recorder = OpRecorder()
+    with fake_step(cell, "cuda", models, min(cell.accum_steps, 2), recorder.on_phase) as step, recorder:
+        step.run()
+    return step_ops(recorder, cell.micro_batch)
+
+
+def trace_cell(cell: Cell, models: FakeModels | None = None) -> tuple[Estimate, StepOps]:
+    """One fake trace of `cell` (K up to 2) for both its CUDA memory estimate and its ops."""
+    recorder = OpRecorder()
+    estimate = estimate_cell(cell, "cuda", models, accum_steps=min(cell.accum_steps, 2), observer=recorder)
+    return estimate, step_ops(recorder, cell.micro_batch)
+
+
+def step_ops(recorder: OpRecorder, micro_batch: int) -> StepOps:
+    """The recorded ops split at the end of each micro-step's backward."""
+    records = recorder.records
+    first = recorder.marks[("backward", 0)]
+    second = recorder.marks.get(("backward", 1), first)
+    return StepOps({"first_micro": OpTable.of(records[:first]), "next_micro": OpTable.of(records[first:second]),
+                    "update": OpTable.of(records[second:])}, micro_batch)

@@ -1,0 +1,578 @@
+"""The fault suite: hostile and unlucky input, and what the harness does with it.
+
+Every bad input is one line and exit 2, with nothing written anywhere; a full or read-only disk
+loses no row silently; readers never change a runs file; one runner per results folder; a name
+cannot leave the results root; a grid killed at random points loses and doubles no row.
+docs/reliability.md states the figures these tests check.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, read_rows
+
+import bench.results.store as store
+from bench.cli import main
+from bench.errors import ResultsFileError
+from bench.grid.spec import load_grid
+from bench.measure.device import detect_device
+from bench.results.lock import LOCK_NAME, runner_lock
+from bench.results.read import read_runs
+from bench.results.store import RowNotWritten, RunsFile, preflight, results_folder
+
+SMOKE = (REPO / "experiments" / "smoke.toml").read_text()
+
+
+# --- malformed grid files ----------------------------------------------------------------------
+
+def _set(key: str, value: str) -> str:
+    """The smoke grid with the line `key = ...` replaced by `key = value`."""
+    text, count = re.subn(rf"(?m)^{key} = .*$", lambda _: f"{key} = {value}", SMOKE)
+    assert count == 1, key
+    return text
+
+
+def _drop(key: str) -> str:
+    return re.sub(rf"(?m)^{key} = .*\n", "", SMOKE)
+
+
+def _rename(key: str, typo: str) -> str:
+    return re.sub(rf"(?m)^{key} = ", f"{typo} = ", SMOKE)
+
+
+def _add(section: str, line: str) -> str:
+    return SMOKE.replace(f"[{section}]\n", f"[{section}]\n{line}\n", 1)
+
+
+BAD_VALUES = {
+    "grid.image_size": ['["32"]', "[32.0]", "[true]", "[0]", "[-1]", "[100000000]", "[]", "[[32]]",
+                        "9223372036854775807", "[32, 32]", '"32"'],
+    "grid.effective_batch": ['"8"', "8.0", "true", "0", "-8", "1000000000", "[8]"],
+    "grid.pairs": ['[[8, "1"]]', "[[8.0, 1]]", "[[8, 1, 1]]", "[[3, 1]]", "[[8, 1], [8, 1]]", "[]", "[[0, 8]]",
+                   "[[8, true]]", '"8x1"', "[[16, 4096]]"],
+    "grid.precision": ['["fp64"]', "[32]", "[]", '["FP32"]'],
+    "grid.checkpointing": ['["last-0"]', '["some"]', "[1]", '["last-x"]'],
+    "grid.optimizer": ['["adam"]', "[true]", '["sgd", "sgd"]'],
+    "grid.channels_last": ['["yes"]', "[1]", '["false"]', "[false, false]"],
+    "grid.model": ["[1]", "[]", '["not_a_timm_model_xyz"]', '["test_vit", "test_vit"]', '["resnet-50"]'],
+    "run.warmup_steps": ["0", '"1"', "1.5", "true", "100000"],
+    "run.measured_steps": ["0", "-1", '"5"', "1000000"],
+    "run.timeout_s": ["inf", "nan", "-1", "0", '"120"', "true", "1e9", "-inf"],
+    "experiment.name": ['".."', '"."', '"a/b"', '"a\\\\b"', f'"{"a" * 300}"', '""', '"-x"', '".hidden"', '"a b"',
+                        "1", '"../../etc"', '"smoke\\u0000"'],
+}
+EXTRA_AXES = {
+    "grid.world_size": ["[0]", "[2000]", '["2"]'],
+    "grid.trace_steps": ["[0]", "[1000]"],
+    "grid.loader_workers": ["[-1]", "[1000]"],
+    "grid.allocator": ['["x"]'],
+    "grid.compile": ["[true]"],
+    "grid.input": ['["disk"]'],
+    "grid.ddp_sync": ['["sometimes"]'],
+    "run.seed": ["-1", "1099511627776", '"0"'],
+}
+TYPOS = {"grid.model": "modle", "grid.image_size": "image_sise", "grid.precision": "precison",
+         "grid.effective_batch": "effective_bach", "grid.pairs": "pars", "experiment.name": "nmae",
+         "run.warmup_steps": "warmup_step", "grid.optimizer": "optimiser"}
+REQUIRED = ("grid.model", "grid.image_size", "grid.precision", "grid.effective_batch", "grid.pairs", "experiment.name")
+
+
+def _grid_cases() -> list[tuple[str, bytes | None, str | None]]:
+    """(case id, file bytes (None: a directory), the key the message must name (None: the file only))."""
+    cases: list[tuple[str, bytes | None, str | None]] = []
+    for dotted, values in BAD_VALUES.items():
+        key = dotted.split(".")[1]
+        cases += [(f"{dotted}={value[:20]}", _set(key, value).encode(), dotted) for value in values]
+    for dotted, values in EXTRA_AXES.items():
+        section, key = dotted.split(".")
+        cases += [(f"{dotted}={value}", _add(section, f"{key} = {value}").encode(), dotted) for value in values]
+    for dotted, typo in TYPOS.items():
+        section, key = dotted.split(".")
+        cases.append((f"typo {typo}", _rename(key, typo).encode(), f"{section}.{typo}"))
+    cases += [(f"missing {dotted}", _drop(dotted.split(".")[1]).encode(), dotted) for dotted in REQUIRED]
+    cases += [
+        ("unknown grid key", _add("grid", 'colour = ["red"]').encode(), "grid.colour"),
+        ("unknown run key", _add("run", "speed = 1").encode(), "run.speed"),
+        ("unknown experiment key", _add("experiment", 'owner = "me"').encode(), "experiment.owner"),
+        ("unknown section", (SMOKE + "\n[extras]\nx = 1\n").encode(), "extras"),
+        ("top-level key", ("x = 1\n" + SMOKE).encode(), "x"),
+        ("typo section", SMOKE.replace("[grid]", "[grdi]").encode(), "grdi"),
+        ("no experiment", SMOKE.replace("[experiment]\n", "[other]\n").encode(), "other"),
+        ("unknown profile", (SMOKE + "\n[profile.gpu.grid]\nimage_size = [16]\n").encode(), "profile.gpu"),
+        ("profile bad value", (SMOKE + '\n[profile.cpu.grid]\nimage_size = ["x"]\n').encode(),
+         "profile.cpu.grid.image_size"),
+        ("profile bad run", (SMOKE + "\n[profile.cpu.run]\ntimeout_s = -1\n").encode(), "profile.cpu.run.timeout_s"),
+        ("profile unknown key", (SMOKE + "\n[profile.cpu]\nextra = 1\n").encode(), "profile.cpu.extra"),
+        ("profile inf", (SMOKE + "\n[profile.cpu.run]\ntimeout_s = inf\n").encode(), "profile.cpu.run.timeout_s"),
+        ("exclude bad value", _add("grid", "exclude = [{ image_size = \"x\" }]").encode(), "grid.exclude"),
+        ("exclude unknown key", _add("grid", 'exclude = [{ colour = "red" }]').encode(), "grid.exclude"),
+        ("exclude not a list", _add("grid", 'exclude = "x"').encode(), "grid.exclude"),
+        ("exclude everything", _add("grid", 'exclude = [{ precision = "fp32" }]').encode(), "grid.exclude"),
+        ("too many cells", _set("image_size", str(list(range(1, 4000)))).encode(), "grid"),
+        ("invalid TOML", b"[grid\nmodel = 1\n", None),
+        ("unfinished value", b"[experiment]\nname = \n", None),
+        ("duplicate TOML key", (SMOKE + '\n[experiment]\nname = "x"\n').encode(), None),
+        ("invalid UTF-8", b"\xff\xfe[experiment]\n", None),
+        ("UTF-8 cut mid-character", SMOKE.encode() + "# caf\u00e9".encode()[:-1], None),
+        ("NUL bytes", b"\x00" * 64, None),
+        ("empty file", b"", "experiment"),
+        ("deep nesting", b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", None),
+        ("deep tables", b"a = " + b"{b = " * 5_000 + b"1" + b"}" * 5_000 + b"\n", None),
+        ("a directory", None, None),
+    ]
+    return cases
+
+
+GRID_CASES = _grid_cases()
+
+
+def test_the_fault_suite_holds_at_least_100_malformed_grid_files():
+    assert len(GRID_CASES) >= 100
+
+
+@pytest.fixture
+def keep_sigterm():
+    """`bench run` installs a SIGTERM handler; the test process gets its own back."""
+    handler = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, handler)
+
+
+@pytest.mark.parametrize("case", GRID_CASES, ids=[case[0] for case in GRID_CASES])
+def test_a_malformed_grid_file_is_one_line_exit_2_and_nothing_written(case, tmp_path, monkeypatch, capsys,
+                                                                      keep_sigterm):
+    name, content, key = case
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    path = tmp_path / "grid.toml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    results = tmp_path / "results"
+    began = time.monotonic()
+    code = main(["run", str(path), "--results", str(results), "--device", "cpu"])
+    spent = time.monotonic() - began
+    captured = capsys.readouterr()
+    message = captured.err.strip()
+    assert code == 2, (name, captured.out, message)
+    assert "\n" not in message and "Traceback" not in message, message
+    assert str(path) in message, message
+    if key is not None:
+        assert key in message, message
+    assert not results.exists() and not any(work.iterdir())  # nothing written anywhere
+    assert spent < 5, f"{name}: {spent:.1f} s"
+
+
+def test_a_typo_is_reported_as_unknown_with_its_close_match(write_grid):
+    with pytest.raises(Exception, match=r"grid\.modle: unknown key; did you mean model\?"):
+        load_grid(write_grid(_rename("model", "modle")), "cpu")
+
+
+def test_a_huge_grid_is_refused_before_it_is_expanded_unless_allowed(write_grid):
+    axes = ("pairs = [[8, 1], [2, 4], [4, 2], [1, 8]]\noptimizer = [\"sgd\", \"adamw\"]\n"
+            "checkpointing = [\"off\", \"full\"]\nloss_tracking = [\"detached\", \"item\", \"live_tensor\"]\n"
+            "zero_grad = [\"none\", \"zeros\"]\naux_loss = [\"off\", \"attached\", \"detached\"]\n")
+    text = _set("image_size", str(list(range(1, 1001))))
+    text = re.sub(r"(?m)^(pairs|optimizer|checkpointing) = .*\n", "", text).replace("[run]", axes + "\n[run]")
+    path = write_grid(text)
+    began = time.monotonic()
+    with pytest.raises(Exception, match=r"576,000 cells .* over the limit of 10,000"):
+        load_grid(path, "cpu")
+    assert time.monotonic() - began < 1.0
+    small = write_grid(_set("image_size", "[16, 32]"), "small.toml")
+    assert len(load_grid(small, "cpu", max_cells=8).cells) == 8
+
+
+def test_every_shipped_grid_still_loads():
+    for path in sorted((REPO / "experiments").rglob("*.toml")):
+        for profile in ("cpu", "cuda"):
+            assert load_grid(path, profile, check_models=False).cells
+
+
+# --- bad command-line input --------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["cost", "results/resnet50/cpu-amd-epyc", "--epochs", "nan"],
+    ["cost", "results/resnet50/cpu-amd-epyc", "--epochs", "inf"],
+    ["cost", "results/resnet50/cpu-amd-epyc", "--headroom", "-inf"],
+    ["plan", "results/resnet50/cpu-amd-epyc", "--model", "resnet50", "--effective-batch", "x"],
+    ["run", "experiments/smoke.toml", "--timeout-s", "nan"],
+    ["run", "experiments/smoke.toml", "--memory-limit-gib", "inf"],
+    ["probe", "test_resnet", "--memory-gib", "nan"],
+    ["probe", "test_resnet", "--memory-limit-gib", "-1"],
+], ids=lambda argv: " ".join(argv[:1] + argv[-2:]))
+def test_a_bad_number_on_the_command_line_is_one_line_exit_2(argv, capsys):
+    assert main(argv) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and argv[-2] in message, message
+
+
+def test_a_results_root_that_is_a_file_is_one_line_before_anything_runs(tmp_path, capsys, keep_sigterm):
+    root = tmp_path / "results"
+    root.write_text("not a folder")
+    assert main(["run", "experiments/smoke.toml", "--results", str(root), "--device", "cpu"]) == 2
+    message = capsys.readouterr().err.strip()
+    assert str(root) in message and "\n" not in message
+    assert root.read_text() == "not a folder"
+
+
+# --- catalogs ----------------------------------------------------------------------------------
+
+CATALOG = (REPO / "bench" / "data" / "instances.csv").read_text().splitlines()
+
+
+@pytest.mark.parametrize("column,value", [("usd_per_hour", "inf"), ("usd_per_hour", "nan"), ("observed", "2024-02-31"),
+                                          ("observed", "2999-01"), ("spot_usd_per_hour", "-inf"),
+                                          ("gpu_count", "1.5")])
+def test_a_catalog_value_out_of_bounds_is_one_line_naming_row_and_column(column, value, tmp_path, capsys):
+    header = CATALOG[0].split(",")
+    fields = CATALOG[1].split(",")
+    fields[header.index(column)] = value
+    path = tmp_path / "catalog.csv"
+    path.write_text("\n".join([CATALOG[0], ",".join(fields)]) + "\n")
+    assert main(["catalog", "--catalog", str(path)]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and str(path) in message and f"column {column}" in message, message
+
+
+# --- corrupted runs files, every command -------------------------------------------------------
+
+def _corruptions(header: list[str], line: str) -> dict[str, bytes]:
+    """Eleven ways a runs file goes bad, each the committed file plus one bad line (or a bad header)."""
+    fields = line.split(",")
+
+    def with_field(column: str, value: str) -> str:
+        row = list(fields)
+        row[header.index(column)] = value
+        return ",".join(row)
+    head = ",".join(header)
+    return {
+        "garbage line": "x,y,z",
+        "unclosed quote": line + '\n"' + line,
+        "text in a whole-number column": with_field("micro_batch", "eight"),
+        "fraction in a whole-number column": with_field("micro_batch", "8.5"),
+        "unknown status": with_field("status", "fine"),
+        "bad cell id": with_field("cell_id", "../../etc"),
+        "bad boolean": with_field("channels_last", "yes"),
+        "bad number": with_field("duration_s", "fast"),
+        "extra field": line + ",surplus",
+        "missing field": ",".join(fields[:-3]),
+        "unknown column": head.replace("cell_id", "cell_id_v2", 1),
+    }
+
+
+def _corrupt_folder(tmp_path: Path, corruption: str) -> tuple[Path, Path]:
+    """A results root holding the committed claims_leak rows under this machine's device tag, with
+    one corruption; returns (root, runs file)."""
+    source = REPO / "results" / "claims_leak" / "cpu-amd-epyc" / "runs.csv"
+    text = source.read_text()
+    lines = text.splitlines()
+    bad = _corruptions(lines[0].split(","), lines[1])[corruption]
+    corrupted = (bad + "\n" + "\n".join(lines[1:]) + "\n") if corruption == "unknown column" else text + bad + "\n"
+    root = tmp_path / "results"
+    runs = root / "claims_leak" / detect_device("cpu").tag / "runs.csv"
+    runs.parent.mkdir(parents=True)
+    runs.write_text(corrupted)
+    return root, runs
+
+
+CORRUPTIONS = list(_corruptions(["cell_id", "micro_batch", "status", "channels_last", "duration_s"],
+                                "a,1,ok,false,1.0"))
+COMMANDS = {
+    "report": lambda root, folder: ["report", str(folder)],
+    "cost": lambda root, folder: ["cost", str(folder), "--allow-cpu-projection"],
+    "plan": lambda root, folder: ["plan", str(folder), "--model", "resnet50", "--effective-batch", "256",
+                                  "--allow-cpu-projection"],
+    "claims": lambda root, folder: ["claims", "--results", str(root)],
+    "run": lambda root, folder: ["run", "experiments/claims/strategies.toml", "--results", str(root),
+                                 "--device", "cpu"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_a_corrupt_runs_file_is_one_line_naming_file_and_line_in_every_command(corruption, command, tmp_path,
+                                                                               monkeypatch, capsys, keep_sigterm):
+    monkeypatch.chdir(REPO)
+    root, runs = _corrupt_folder(tmp_path, corruption)
+    before = runs.read_bytes()
+    code = main(COMMANDS[command](root, runs.parent))
+    message = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, (corruption, command, message)
+    assert len(message) == 1 and str(runs) in message[0] and "Traceback" not in message[0], message
+    assert "line " in message[0] or "column" in message[0], message
+    assert runs.read_bytes() == before  # never modified, not even by `run`
+
+
+def test_estimate_refuses_a_corrupt_estimate_file_before_estimating(tmp_path, capsys):
+    runs = tmp_path / "smoke" / "estimate" / "runs.csv"
+    runs.parent.mkdir(parents=True)
+    runs.write_text("cell_id,status\nx,y,z\n")
+    assert main(["estimate", "experiments/smoke.toml", "--profile", "cpu", "--results", str(tmp_path)]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "line 2" in message and "\n" not in message
+
+
+def test_run_says_how_to_set_bad_lines_aside(tmp_path):
+    root, runs = _corrupt_folder(tmp_path, "garbage line")
+    with pytest.raises(ResultsFileError, match="move that line into a side file"):
+        RunsFile(runs).rows()
+
+
+# --- readers read, only run repairs --------------------------------------------------------------
+
+def test_readers_leave_a_torn_last_line_and_only_the_writer_sets_it_aside(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    root, runs = _corrupt_folder(tmp_path, "garbage line")
+    lines = runs.read_text().splitlines()
+    runs.write_text("\n".join(lines[:-1]) + "\n" + lines[-2][:40])  # the last append cut short
+    torn = runs.read_bytes()
+    rows = read_runs(runs)
+    assert len(rows) == len(lines) - 2 and "incomplete" in capsys.readouterr().err
+    for argv in (["report", str(runs.parent)], ["cost", str(runs.parent), "--allow-cpu-projection"]):
+        main(argv)
+        assert runs.read_bytes() == torn
+    note = RunsFile(runs).repair_torn_tail()
+    assert "moved to" in note
+    (side,) = runs.parent.glob("runs.csv.torn-*")
+    assert side.read_text() == lines[-2][:40] and runs.read_bytes() == torn[: -40]
+
+
+# --- writes that check their result --------------------------------------------------------------
+
+ROW = {"cell_id": "smoke-a-1", "status": "ok", "samples_per_s": 1.5}
+SCHEMA = {"cell_id": "", "status": "", "samples_per_s": ""}
+
+
+@pytest.mark.parametrize("failure", ["short write then ENOSPC", "ENOSPC", "EROFS", "EACCES", "write of 0 bytes"])
+def test_a_refused_write_leaves_the_file_as_it_was_and_carries_the_row(failure, tmp_path, monkeypatch):
+    runs = RunsFile(tmp_path / "runs.csv", SCHEMA)
+    runs.write({**ROW, "cell_id": "smoke-first-1"})
+    before = runs.path.read_bytes()
+    real_write = os.write
+
+    def refusing(fd, data):
+        if failure == "short write then ENOSPC" and len(data) > 4:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        if failure == "write of 0 bytes":
+            return 0
+        code = {"EROFS": errno.EROFS, "EACCES": errno.EACCES}.get(failure, errno.ENOSPC)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(store.os, "write", refusing)
+    with pytest.raises(RowNotWritten) as raised:
+        runs.write(ROW)
+    monkeypatch.undo()
+    assert runs.path.read_bytes() == before  # no torn line, no half row
+    assert "smoke-a-1" in raised.value.row_text and "\n" not in str(raised.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["runs.csv"]  # no temporary left behind
+
+
+def test_the_runner_prints_a_row_it_could_not_write(tmp_path, monkeypatch, capsys):
+    from bench.run.grid_runner import write_or_show
+
+    runs = RunsFile(tmp_path / "runs.csv", SCHEMA)
+    monkeypatch.setattr(store.os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    with pytest.raises(RowNotWritten):
+        write_or_show(runs, ROW)
+    assert "smoke-a-1,ok,1.5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.ENOSPC])
+def test_preflight_fails_a_folder_that_cannot_take_rows(code, tmp_path, monkeypatch):
+    def refusing(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(store.os, "open", refusing)
+    with pytest.raises(ResultsFileError, match="cannot take rows.*nothing was measured"):
+        preflight(tmp_path / "smoke" / "cpu")
+
+
+def test_rewrites_use_a_temporary_file_of_their_own(tmp_path, monkeypatch):
+    names = []
+    real = store.tempfile.mkstemp
+
+    def spy(*args, **kwargs):
+        fd, name = real(*args, **kwargs)
+        names.append(name)
+        return fd, name
+
+    monkeypatch.setattr(store.tempfile, "mkstemp", spy)
+    runs = RunsFile(tmp_path / "runs.csv", SCHEMA)
+    runs.write(ROW)
+    runs.write({**ROW, "samples_per_s": 2.0})  # replaces: a rewrite
+    assert len(set(names)) == 2 and all(Path(n).parent == tmp_path for n in names)
+    assert [row["samples_per_s"] for row in runs.rows()] == ["2.0"]
+
+
+# --- names that try to leave the root -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["..", ".", "../outside", "a/b", "", "x" * 101, "/etc"])
+def test_a_name_cannot_leave_the_results_root(name, tmp_path):
+    with pytest.raises(ResultsFileError):
+        results_folder(tmp_path, name, "cpu-x")
+
+
+def test_a_symlink_out_of_the_root_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "smoke").symlink_to(outside)
+    with pytest.raises(ResultsFileError, match="resolves outside"):
+        results_folder(tmp_path / "results", "smoke", "cpu-x")
+
+
+# --- one runner per results folder ----------------------------------------------------------------
+
+def test_a_second_runner_exits_2_naming_the_holder(tmp_path, capsys, keep_sigterm):
+    with runner_lock(tmp_path):
+        assert main(["run", "experiments/smoke.toml", "--results", str(tmp_path), "--device", "cpu"]) == 2
+    message = capsys.readouterr().err.strip()
+    assert f"pid {os.getpid()}" in message and "--wait" in message and "\n" not in message
+    assert not list(tmp_path.glob("smoke*"))  # nothing measured, nothing written
+
+
+def test_with_wait_a_second_runner_queues_behind_the_first(tmp_path, capsys):
+    import threading
+
+    held = threading.Event()
+
+    def first() -> None:
+        with runner_lock(tmp_path):
+            held.set()
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    held.wait()
+    began = time.monotonic()
+    with runner_lock(tmp_path, wait=True):
+        waited = time.monotonic() - began
+    thread.join()
+    assert waited > 0.2 and "waiting for the runner" in capsys.readouterr().err
+
+
+def test_a_stale_lock_of_a_dead_runner_is_taken_over(tmp_path, capsys):
+    dead = 2**22 + 12345  # above the default pid_max: no process has it
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": dead, "host": os.uname().nodename,
+                                                  "started_utc": "2026-01-01T00:00:00Z"}))
+    with runner_lock(tmp_path):
+        holder = json.loads((tmp_path / LOCK_NAME).read_text())
+    assert holder["pid"] == os.getpid()
+    assert f"pid {dead}" in capsys.readouterr().err
+
+
+# --- kills and signals ------------------------------------------------------------------------------
+
+def _command(results: Path) -> list[str]:
+    return [sys.executable, "-m", "bench", "run", "experiments/smoke.toml", "--results", str(results), "--device", "cpu"]
+
+
+def _start(results: Path, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    return subprocess.Popen(_command(results), cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr,
+                            start_new_session=True)
+
+
+def _rows_on_disk(results: Path) -> list[dict]:
+    found = list(results.glob("smoke/*/runs.csv"))
+    return read_rows(found[0]) if found else []
+
+
+@pytest.mark.slow
+def test_random_kills_lose_and_double_no_row_and_ctrl_c_stops_within_2_s(tmp_path):
+    results = tmp_path / "results"
+    chance = random.Random(16)
+    kills, finished = 0, []
+    # SIGKILL at random moments (while starting, mid-cell, between cells), then Ctrl-C once, then to the end.
+    for delay in (chance.uniform(1, 4), chance.uniform(4, 12), chance.uniform(8, 20)):
+        process = _start(results)
+        time.sleep(delay)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            kills += 1
+        process.wait()
+        finished.append(len(_rows_on_disk(results)))
+    log = tmp_path / "interrupted.err"
+    with log.open("w") as stderr:
+        process = _start(results, stderr)
+        deadline = time.monotonic() + 300
+        while len(_rows_on_disk(results)) <= finished[-1] and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process.poll() is None:  # mid-cell: Ctrl-C
+            process.send_signal(signal.SIGINT)
+            began = time.monotonic()
+            process.wait(timeout=30)
+            assert time.monotonic() - began < 2.0
+        process.wait()
+        time.sleep(2)  # what the cell's process might still print
+    assert "Traceback" not in log.read_text() and "BrokenPipeError" not in log.read_text(), log.read_text()[-2000:]
+    done = subprocess.run(_command(results), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = _rows_on_disk(results)
+    ids = [row["cell_id"] for row in rows]
+    expected = {cell.cell_id for cell in load_grid(REPO / "experiments" / "smoke.toml", "cpu").cells}
+    lost, doubled = len(expected - set(ids)), len(ids) - len(set(ids))
+    assert (lost, doubled) == (0, 0), (kills, finished, ids)
+    assert kills >= 2, "the kills came too late to test anything"
+    (folder,) = {runs.parent for runs in results.glob("smoke/*/runs.csv")}
+    assert not list(folder.glob(".runs.csv.*.tmp")) and not list(folder.glob(".preflight-*"))
+
+
+@pytest.mark.slow
+def test_two_runners_on_one_folder_the_second_exits_2_naming_the_first(tmp_path):
+    results = tmp_path / "results"
+    first = _start(results)
+    try:
+        deadline = time.monotonic() + 120
+        lock = results / LOCK_NAME
+        while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = subprocess.run(_command(results), cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr
+        assert f"pid {first.pid}" in second.stderr and "--wait" in second.stderr
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    shutil.rmtree(results)
+
+
+# --- out-of-memory in disguise, and the probe's smallest micro-batch --------------------------------
+
+@pytest.mark.parametrize("message", [
+    "could not create a primitive",  # oneDNN, a CPU cell under a memory cap
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input. "
+    "unable to find an engine to execute this computation",
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+])
+def test_out_of_memory_in_disguise_is_an_oom_row(message):
+    from bench.measure.failure import is_out_of_memory
+    from bench.results.schema import failure_from
+
+    assert is_out_of_memory(RuntimeError(message)) and failure_from(RuntimeError(message))["status"] == "oom"
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+
+
+def test_the_probe_starts_a_batchnorm_model_at_micro_batch_2_and_says_why():
+    from bench.memory.probe import Budget, ProbeConfig, ProbeResult, Search, describe_probe, search_largest
+
+    config = ProbeConfig.of("test_resnet", image_size=32)
+    assert config.smallest_micro_batch == 2 and ProbeConfig.of("test_vit", image_size=32).smallest_micro_batch == 1
+    tried = search_largest(lambda n: n <= 5, guess=1, smallest=2).trials
+    assert min(n for n, _ in tried) == 2
+    text = describe_probe(config, Budget(2**30, "test"), ProbeResult(2**30, Search(5, ())))
+    assert "starts at micro-batch 2" in text and "BatchNorm" in text
