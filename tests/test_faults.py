@@ -298,7 +298,7 @@ COMMANDS = {
     "plan": lambda root, folder: ["plan", str(folder), "--model", "resnet50", "--effective-batch", "256",
                                   "--allow-cpu-projection"],
     "claims": lambda root, folder: ["claims", "--results", str(root)],
-    "run": lambda root, folder: ["run", "experiments/claims/strategies.toml", "--results", str(root),
+    "run": lambda root, folder: ["run", "experiments/claims/leak.toml", "--results", str(root),
                                  "--device", "cpu"],
 }
 
