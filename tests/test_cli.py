@@ -106,7 +106,7 @@ def test_probe_text_prints_trials_then_the_answer(capfd):
 
 def test_plan_json(capfd):
     doc = _json(capfd, ["plan", str(RESNET_CPU_ROWS), "--model", "resnet50", "--effective-batch", "128",
-                        "--allow-cpu-projection", "--top", "3", "--format", "json"])
+                        "--allow-cpu-projection", "--predict", "never", "--top", "3", "--format", "json"])
     assert doc["command"] == "plan" and len(doc["options"]) == 3 and doc["options_total"] >= 3
     costs = [option["usd_per_run"] for option in doc["options"]]
     assert costs == sorted(costs)
