@@ -108,8 +108,9 @@ def plan_run(args: argparse.Namespace) -> int:
             step.advance(f"reading {folder}")
             rows += load_ok_rows(folder)
         measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
-        image_size = args.image_size or (None if measured_gpu else 224)
-        if args.predict == "always" or (args.predict == "auto" and not measured_gpu):
+        predicting = args.predict == "always" or (args.predict == "auto" and not measured_gpu)
+        image_size = args.image_size or (224 if predicting and not measured_gpu else None)
+        if predicting:
             rows += _predicted_rows(args, model, image_size or _measured_size(rows, model), instances)
         request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
                               image_size=image_size, budget_usd=args.budget_usd,
