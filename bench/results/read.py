@@ -96,7 +96,7 @@ def check_row(row: dict[str, str], columns: dict[str, Column], where: str) -> No
     Traceback (most recent call last):
     ...
     bench.errors.ResultsFileError: runs.csv: line 2, column status: 'fine' is not one of ok, oom, error, \
-timeout, skipped, estimated; move that line into a side file (e.g. runs.csv.bad) to keep the other rows
+timeout, skipped, estimated, predicted; move that line into a side file (e.g. runs.csv.bad) to keep the other rows
     """
     for name, value in row.items():
         problem = _field_problem(name, value, getattr(columns.get(name), "type", "str"))
