@@ -13,8 +13,7 @@ from bench.measure.device import detect_device
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    from bench.equivalence.compare import VARIANTS, DType
-    from bench.equivalence.study import STUDY_ACCUM_STEPS, STUDY_MODELS
+    from bench.equivalence.variants import STUDY_ACCUM_STEPS, STUDY_MODELS, VARIANTS, DType
 
     equivalence = commands.add_parser(
         "equivalence", help="one step: K accumulated micro-batches against one large batch (--study: every variant)")
@@ -69,8 +68,8 @@ def compare_step(args: argparse.Namespace) -> int:
 
 def run_study(args: argparse.Namespace) -> int:
     from bench.equivalence.compare import EquivalenceError
-    from bench.equivalence.study import STUDY_ACCUM_STEPS, STUDY_MODELS
     from bench.equivalence.study import run_study as measure_study
+    from bench.equivalence.variants import STUDY_ACCUM_STEPS, STUDY_MODELS
     from bench.equivalence.table import write_study_tables
 
     device = detect_device(args.device)

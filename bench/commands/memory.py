@@ -10,7 +10,7 @@ from typing import Any
 from bench.commands.common import add_device_option, positive, positive_int
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
 from bench.errors import OptionError
-from bench.grid.cell import axes, choices, field_docs, field_types
+from bench.grid.cell import axes, choices, field_docs, field_types, probe_options
 from bench.grid.spec import load_grid, timm_model_problem
 
 
@@ -40,9 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_axis_options(probe: argparse.ArgumentParser) -> None:
-    """One option per axis the probe takes (`bench.memory.probe.probe_options`), typed as the grid's."""
-    from bench.memory.probe import probe_options
-
+    """One option per axis the probe takes (`bench.grid.cell.probe_options`), typed as the grid's."""
     for name, default in probe_options().items():
         flag, doc = "--" + name.replace("_", "-"), field_docs()[name]
         if field_types()[name] is bool:
@@ -109,7 +107,6 @@ def probe_model(args: argparse.Namespace) -> int:
         probe_budget,
         probe_from_estimate,
         probe_on_device,
-        probe_options,
     )
 
     problem = timm_model_problem(args.model)

@@ -16,18 +16,16 @@ from typing import Callable
 import pandas as pd
 
 from bench.equivalence.compare import (
-    VARIANTS,
     Comparison,
     EquivalenceError,
     Settings,
     compare,
     prepare,
 )
+from bench.equivalence.variants import STUDY_ACCUM_STEPS, STUDY_MODELS, VARIANTS
 from bench.measure.device import DeviceInfo
 from bench.results.provenance import provenance, utc_now
 
-STUDY_MODELS = ("resnet50", "vit_base_patch16_224")
-STUDY_ACCUM_STEPS = (1, 2, 4, 8, 16)
 CSV_NAME = "equivalence.csv"
 
 COLUMNS = [

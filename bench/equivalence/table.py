@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.equivalence.compare import TOLERANCE, VARIANTS, Comparison  # noqa: E402
+from bench.equivalence.compare import TOLERANCE, Comparison  # noqa: E402
+from bench.equivalence.variants import VARIANTS  # noqa: E402
 from bench.equivalence.study import CSV_NAME  # noqa: E402
 
 BATCHNORM_PANEL_VARIANTS = ("correct", "checkpoint", "frozen_bn")

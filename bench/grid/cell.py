@@ -185,6 +185,20 @@ def field_types() -> dict[str, Any]:
     return typing.get_type_hints(Cell)
 
 
+PROBE_DEFAULTS: dict[str, Any] = {"image_size": 224, "precision": "fp32"}
+"""Values of the axes a grid file must list, when `bench probe` or `bench plan` is not told them."""
+
+
+def probe_options() -> dict[str, Any]:
+    """Every axis `bench probe` takes as an option (all but the model, which it names), with its default.
+
+    >>> probe_options()["precision"], "world_size" in probe_options()
+    ('fp32', False)
+    """
+    return {name: PROBE_DEFAULTS[name] if spec.grid_default is REQUIRED else spec.grid_default
+            for name, spec in axes().items() if spec.probe_option and name != "model"}
+
+
 def extra_axis_defaults(cell_type: type = Cell) -> dict[str, Any]:
     """Each later-added axis and its default: what rows measured before it existed ran at.
 

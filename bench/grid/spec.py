@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Iterable, get_args, get_origin
@@ -411,7 +412,8 @@ def _check_models(names: list[str], path: Path) -> None:
 
 
 def timm_model_problem(name: str) -> str | None:
-    """None when timm knows `name`; otherwise what is wrong, with the closest names.
+    """None when timm knows `name` (a pretrained tag after the dot allowed, as `timm.is_model` does);
+    otherwise what is wrong, with the closest names.
 
     Example:
         >>> timm_model_problem("resnet50") is None
@@ -419,10 +421,28 @@ def timm_model_problem(name: str) -> str | None:
         >>> timm_model_problem("resnet-50")
         "'resnet-50' is not a timm model; did you mean resnet50, resnet50t, resnet50s?"
     """
-    import timm  # imported late: it is slow and only needed once the input is well-formed
-
-    if timm.is_model(name):
+    names = timm_model_names()
+    if name.split(".", 1)[0] in names:
         return None
-    close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
     return f"{name!r} is not a timm model; {hint}"
+
+
+def timm_model_names() -> frozenset[str]:
+    """timm's registered architectures. Kept in the cache per timm version, so a command validates its model
+    names without importing timm (and torch); read live when timm is already imported, which also sees
+    models registered in this process."""
+    from bench.cache import DiskCache
+
+    if "timm" in sys.modules:
+        return frozenset(sys.modules["timm"].list_models())
+    store = DiskCache("timm-models", sources=())
+    cached = store.get({})
+    if isinstance(cached, list) and all(isinstance(name, str) for name in cached):
+        return frozenset(cached)
+    import timm  # slow: only when the cache cannot answer
+
+    names = timm.list_models()
+    store.put({}, names)
+    return frozenset(names)

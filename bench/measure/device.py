@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import torch
-
 from bench.errors import DeviceUnavailable
 
 DeviceChoice = Literal["auto", "cuda", "cpu"]
@@ -39,6 +37,8 @@ def detect_device(choice: DeviceChoice = "auto") -> DeviceInfo:
     Creates no CUDA context in this process (the device is queried from a child), so the
     cells' processes get the whole GPU.
     """
+    import torch  # here, not at the top: `bench --help` and the CLI's parsers never load torch
+
     use_cuda = torch.cuda.is_available() if choice == "auto" else choice == "cuda"
     if use_cuda:
         if not torch.cuda.is_available():
@@ -56,6 +56,8 @@ def detect_device(choice: DeviceChoice = "auto") -> DeviceInfo:
 
 
 def _cuda_facts() -> tuple[str, bool]:
+    import torch
+
     return torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported(including_emulation=False)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from bench.errors import BadInput, OptionError
-from bench.grid.cell import REQUIRED, Cell, Profile, axes
+from bench.grid.cell import Cell, Profile, axes, probe_options
 from bench.isolation import call_in_child, fork_server
 from bench.measure.device import DeviceChoice, DeviceInfo, detect_device
 from bench.measure.hardware import gpu_keys, gpu_spec
@@ -94,16 +94,6 @@ def reporting(fits: Fits, kind: str, on_trial: OnTrial | None) -> Fits:
 
 class ProbeError(BadInput):
     """A trial failed for a reason other than memory (the configuration cannot run); one line."""
-
-
-PROBE_DEFAULTS: dict[str, Any] = {"image_size": 224, "precision": "fp32"}
-"""Values of the axes a grid file must list, when the probe is not told them."""
-
-
-def probe_options() -> dict[str, Any]:
-    """Every axis `bench probe` takes (all but the model, which it names), with its default."""
-    return {name: PROBE_DEFAULTS[name] if spec.grid_default is REQUIRED else spec.grid_default
-            for name, spec in axes().items() if spec.probe_option and name != "model"}
 
 
 @dataclass(frozen=True)
