@@ -88,7 +88,8 @@ def probe(model: str, *, gpu: str | None = None, memory_gib: float | None = None
     reserved + 10 % headroom); otherwise predicted, then found by real trials on `device` (on a CPU
     `memory_limit_gib` is required). `axes` are the grid's (`image_size`, `precision`, `checkpointing`,
     `optimizer`, `channels_last`, ...); `on_trial` is called with each `Trial` as it ends."""
-    from bench.memory.probe import ProbeConfig, probe_budget, probe_from_estimate, probe_on_device
+    from bench.memory.budget import probe_budget
+    from bench.memory.probe import ProbeConfig, probe_from_estimate, probe_on_device
 
     config = ProbeConfig.of(model, accum_steps, **axes)
     budget = probe_budget(gpu=gpu, memory_gib=memory_gib, memory_limit_gib=memory_limit_gib, device=device)

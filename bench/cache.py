@@ -23,6 +23,8 @@ CACHE_ENV = "BENCH_CACHE_DIR"
 NO_CACHE_ENV = "BENCH_NO_CACHE"
 FORMAT = 1
 """The entry file's layout; entries of another layout are ignored (a warning) and rewritten."""
+ESTIMATOR_SOURCES = ("memory", "train", "measure/memory.py", "grid/cell.py", "units.py")
+"""The source an estimated peak depends on: the fake step, the runner's step and models, the memory trace."""
 
 
 def cache_dir() -> Path:

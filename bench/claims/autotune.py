@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.measure.hardware import gpu_spec
-from bench.memory.probe import Budget, ProbeConfig, probe_from_estimate
+from bench.memory.budget import Budget
+from bench.memory.probe import ProbeConfig, probe_from_estimate
 from bench.results.provenance import PROVENANCE_COLUMNS, provenance, utc_now
 from bench.results.schema import Column
 from bench.results.store import RunsFile

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
+from typing import Iterable
+
+from bench.errors import ResultsFileError
 
 
 def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
@@ -61,3 +65,11 @@ def version() -> str:
         return f"bench {installed('bench')}"
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "bench (not installed)"
+
+
+def require_folders(folders: Iterable[Path]) -> None:
+    """Refuse a results folder that does not exist, before the command loads its libraries (torch, pandas)."""
+    for folder in folders:
+        if not folder.is_dir():
+            raise ResultsFileError(f"{folder}: no such folder; pass a results folder such as "
+                                   "results/<experiment>/<device-tag>")

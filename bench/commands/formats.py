@@ -97,8 +97,9 @@ def grid_document(grid) -> dict[str, Any]:
             "cells": [{"cell_id": cell.cell_id, **jsonable(cell)} for cell in grid.cells]}
 
 
-def probe_document(config, budget, result) -> dict[str, Any]:
-    """`bench probe`: the configuration, the budget, the estimator's answer and, after trials, the device's."""
+def probe_document(config, answers) -> dict[str, Any]:
+    """`bench probe`: the configuration and, per budget asked for (`--gpu` repeated), the estimator's answer with
+    its predicted peaks and, after trials, the device's. The first answer is also given at the top level."""
     from bench.units import GIB
 
     def search(found) -> dict[str, Any] | None:
@@ -106,12 +107,21 @@ def probe_document(config, budget, result) -> dict[str, Any]:
             "largest_micro_batch": found.largest,
             "trials": [{"micro_batch": n, "fits": ok} for n, ok in found.trials]}
 
+    def answer(budget, result) -> dict[str, Any]:
+        largest = result.predicted.largest
+        return {"budget": {"bytes": budget.nbytes, "gib": budget.nbytes / GIB, "source": budget.source,
+                           "headroom": budget.headroom,
+                           "device": None if budget.device is None else budget.device.name},
+                "predicted": search(result.predicted),
+                "predicted_peak_bytes": result.peak_at(largest),
+                "predicted_peak_above_bytes": result.peak_at(largest + 1),
+                "traced_steps": result.traced_steps,
+                "found": search(result.found), "doubling_trials": result.doubling_trials}
+
+    answers = [answer(budget, result) for budget, result in answers]
     return {"model": config.base.model, "configuration": config.describe(),
             "cell": {k: v for k, v in jsonable(config.base).items() if k not in ("micro_batch", "experiment")},
-            "budget": {"bytes": budget.nbytes, "gib": budget.nbytes / GIB, "source": budget.source,
-                       "headroom": budget.headroom, "device": None if budget.device is None else budget.device.name},
-            "predicted": search(result.predicted), "found": search(result.found),
-            "doubling_trials": result.doubling_trials}
+            **answers[0], "answers": answers}
 
 
 def _assumptions(workload, assumptions) -> dict[str, Any]:

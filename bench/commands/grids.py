@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from pathlib import Path
 
 from bench.commands.common import add_device_option, positive, positive_int
@@ -71,6 +72,8 @@ def list_cells(args: argparse.Namespace) -> int:
 
 
 def run_grids(args: argparse.Namespace) -> int:
+    for path in args.files:  # the files checked before the runner and the device load torch
+        load_grid(path, "cuda", max_cells=sys.maxsize)
     from bench.report.console import (  # rich only for `run`
         console,
         grid_progress,

@@ -7,11 +7,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.commands.common import add_device_option, positive, positive_int
+from bench.commands.common import add_device_option, non_negative, positive, positive_int
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
 from bench.errors import OptionError
 from bench.grid.cell import axes, choices, field_docs, field_types, probe_options
 from bench.grid.spec import load_grid, timm_model_problem
+from bench.memory.fit import DEFAULT_HEADROOM
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -31,9 +32,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     probe.add_argument("--accum-steps", type=positive_int, default=1, help="micro-batches per optimizer step (default 1)")
     answer = probe.add_mutually_exclusive_group()
     answer.add_argument("--memory-gib", type=positive, help="answer from the estimator alone for a GPU with this much memory")
-    answer.add_argument("--gpu", help="answer from the estimator alone for this catalog GPU (e.g. A100-40GB)")
+    answer.add_argument("--gpu", action="append", metavar="GPU",
+                        help="answer from the estimator alone for this catalog GPU (e.g. A100-40GB); repeat it for "
+                             "several GPUs, each micro-batch traced once for all")
     answer.add_argument("--memory-limit-gib", type=positive,
                         help="cap each trial's memory (GPU memory on CUDA; address-space growth on CPU, required there)")
+    probe.add_argument("--headroom", type=non_negative, default=DEFAULT_HEADROOM,
+                       help="fraction of the peak kept free when answering for a GPU from the estimator "
+                            f"(default {DEFAULT_HEADROOM:g}, as bench plan)")
     add_device_option(probe, help="device for real trials")
     probe.add_argument("--timeout-s", type=positive, default=600.0, help="per-trial time limit (default 600)")
     add_format_option(probe)
@@ -69,6 +75,7 @@ def _axis_value(name: str):
 
 
 def estimate_grids(args: argparse.Namespace) -> int:
+    grids = [load_grid(path, args.profile) for path in args.files]  # every file validated first
     from bench.memory.estimate_grid import (  # late: fake tensors only here
         describe_estimate,
         estimate_grid,
@@ -76,7 +83,6 @@ def estimate_grids(args: argparse.Namespace) -> int:
     from bench.report.console import steps
     from bench.report.estimate_chart import write_estimate_chart
 
-    grids = [load_grid(path, args.profile) for path in args.files]  # every file validated first
     answers = []
     with answer_only(args.format == "json"), steps(sum(len(g.cells) for g in grids), INTERACTIVE) as step:
         for grid in grids:
@@ -101,30 +107,36 @@ def estimate_grids(args: argparse.Namespace) -> int:
 def probe_model(args: argparse.Namespace) -> int:
     import sys
 
-    from bench.memory.probe import (
-        ProbeConfig,
-        describe_probe,
-        probe_budget,
-        probe_from_estimate,
-        probe_on_device,
-    )
+    from bench.memory.budget import probe_budget
 
     problem = timm_model_problem(args.model)
     if problem:
         raise OptionError(f"MODEL: {problem}")
+    budgets = [probe_budget(gpu=gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
+                            device=args.device, headroom=args.headroom) for gpu in args.gpu or [None]]
+    from bench.memory.probe import (  # late: the estimator loads torch; the input is checked by now
+        EstimatedPeaks,
+        ProbeConfig,
+        describe_probe,
+        probe_from_estimate,
+        probe_on_device,
+    )
+
     config = ProbeConfig.of(args.model, args.accum_steps, **{name: getattr(args, name) for name in probe_options()})
-    budget = probe_budget(gpu=args.gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
-                          device=args.device)
     # Each trial as it ends, on stderr: the answer alone goes to stdout.
     def show(trial) -> None:
         print(f"  {trial.describe()}", file=sys.stderr, flush=True)
 
-    print(f"probe: {config.describe()}; budget {budget.source}", file=sys.stderr, flush=True)
-    with answer_only(args.format == "json"):
-        result = (probe_from_estimate(config, budget, on_trial=show) if budget.device is None
-                  else probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))
+    peaks = EstimatedPeaks(config, "cuda")  # shared by every GPU asked for: each micro-batch traced once
+    results = []
+    for budget in budgets:
+        print(f"probe: {config.describe()}; budget {budget.source}", file=sys.stderr, flush=True)
+        with answer_only(args.format == "json"):
+            results.append(probe_from_estimate(config, budget, on_trial=show, peaks=peaks)
+                           if budget.device is None else
+                           probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))
     if args.format == "json":
-        emit("probe", probe_document(config, budget, result))
+        emit("probe", probe_document(config, list(zip(budgets, results))))
     else:
-        print(describe_probe(config, budget, result))
-    return 0 if (result.found or result.predicted).largest > 0 else 1
+        print("\n\n".join(describe_probe(config, budget, result) for budget, result in zip(budgets, results)))
+    return 0 if all((result.found or result.predicted).largest > 0 for result in results) else 1

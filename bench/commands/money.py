@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.commands.common import fraction, non_negative, positive, positive_int
+from bench.commands.common import fraction, non_negative, positive, positive_int, require_folders
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
@@ -64,6 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def price_folders(args: argparse.Namespace) -> int:
+    require_folders(args.folders)
     from bench.cost.outputs import (  # late: matplotlib only here
         load_ok_rows,
         summary,
@@ -96,10 +97,11 @@ def price_folders(args: argparse.Namespace) -> int:
 
 
 def plan_run(args: argparse.Namespace) -> int:
+    model, folders = _model_and_folders(args)
+    require_folders(folders)
     from bench.cost.outputs import load_ok_rows, plan_text
     from bench.report.console import steps
 
-    model, folders = _model_and_folders(args)
     described, instances = _catalog(args)
     instances = _only_gpus(instances, args.gpu)
     with answer_only(args.format == "json"), steps(len(folders) + 1, INTERACTIVE, "plan") as step:

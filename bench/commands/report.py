@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.commands.common import require_folders
 from bench.errors import ResultsFileError
 
 
@@ -17,6 +18,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def build_reports(args: argparse.Namespace) -> int:
+    require_folders(args.folders)
     from bench.equivalence.study import CSV_NAME  # late: matplotlib only here
     from bench.equivalence.table import write_study_tables
     from bench.memory.estimate_grid import ESTIMATE_FOLDER

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-import torch
-
-from bench.errors import BadInput, OptionError
+from bench.cache import ESTIMATOR_SOURCES, DiskCache
+from bench.errors import BadInput
 from bench.grid.cell import Cell, Profile, axes, probe_options
-from bench.isolation import call_in_child, fork_server
-from bench.measure.device import DeviceChoice, DeviceInfo, detect_device
-from bench.measure.hardware import gpu_keys, gpu_spec
+from bench.isolation import fork_server
+from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
+from bench.memory.budget import Budget
 from bench.memory.estimate import FakeModels, Target, estimate_cell
-from bench.memory.fit import DEFAULT_HEADROOM
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated
 from bench.train.models import has_batch_norm
@@ -141,13 +139,14 @@ class Search:
     trials: tuple[tuple[int, bool], ...]
 
 
-def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH, smallest: int = 1) -> Search:
+def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH, smallest: int = 1,
+                   first_stride: int | None = None) -> Search:
     """The largest n in [smallest, max_batch] with fits(n) (0: none), for a `fits` true up to some n and
     false above.
 
-    From `guess`, step away by a stride (a sixteenth of the guess, doubling each step) until
-    the limit is bracketed, then bisect. A guess within a few percent costs about
-    2 + log2(guess / 16) trials.
+    From `guess`, step away by a stride (`first_stride`, by default a sixteenth of the guess, doubling
+    each step) until the limit is bracketed, then bisect. A guess within a few percent costs about
+    2 + log2(guess / 16) trials; an exact guess with `first_stride=1` costs 2.
 
     >>> search_largest(lambda n: n <= 100, guess=96).trials
     ((96, True), (102, False), (99, True), (100, True), (101, False))
@@ -155,6 +154,8 @@ def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH, sma
     100
     >>> search_largest(lambda n: n <= 1, guess=4, smallest=2)
     Search(largest=0, trials=((4, False), (3, False), (2, False)))
+    >>> search_largest(lambda n: n <= 100, guess=100, first_stride=1).trials
+    ((100, True), (101, False))
     """
     trials: list[tuple[int, bool]] = []
 
@@ -163,7 +164,7 @@ def search_largest(fits: Fits, guess: int, max_batch: int = MAX_MICRO_BATCH, sma
         return trials[-1][1]
 
     guess = min(max(guess, smallest), max_batch)
-    stride = max(1, guess // 16)
+    stride = first_stride or max(1, guess // 16)
     if check(guess):
         low, high = guess, None
         while high is None:
@@ -219,29 +220,95 @@ def _bisect(check: Fits, low: int, high: int, trials: list[tuple[int, bool]]) ->
     return Search(low, tuple(trials))
 
 
+LINE_MICRO_BATCHES = (1, 8)
+"""Multiples of the smallest micro-batch traced for the first line (a fake step costs the same at any size)."""
+SECANT_STEPS = 2
+"""Refinements of the line through the two sizes nearest the budget before the answer is checked: the peak
+is affine in the micro-batch only once activations set it (at small sizes the optimizer step may)."""
+
+
+class EstimatedPeaks:
+    """The estimator's peak of one configuration, by micro-batch: each size traced once per process and kept in
+    the disk cache (`bench.cache`), so a second GPU, a second `--headroom` or a second command reuses it.
+
+    The peak is `max_memory_reserved` predicted for a CUDA target, tracked tensors plus inputs for a CPU one.
+    """
+
+    def __init__(self, config: ProbeConfig, target: Target, models: FakeModels | None = None):
+        self.config, self.target = config, target
+        self.models = models
+        self.peaks: dict[int, float] = {}
+        self.traced = self.cached = 0
+        self._store = DiskCache("estimated-peaks", sources=ESTIMATOR_SOURCES)
+
+    def peak_bytes(self, micro_batch: int) -> float:
+        if micro_batch not in self.peaks:
+            profile: Profile = "cuda" if self.target == "cuda" else "cpu"
+            cell = self.config.cell(micro_batch, profile)
+            key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": self.target}
+            stored = self._store.get(key)
+            if isinstance(stored, (int, float)):
+                self.cached += 1
+                self.peaks[micro_batch] = float(stored)
+            else:
+                self.models = self.models or FakeModels()
+                estimate = estimate_cell(cell, self.target, self.models)
+                peak = estimate.peak_reserved_bytes if self.target == "cuda" else \
+                    estimate.peak_bytes + estimate.inputs_bytes
+                self.traced += 1
+                self.peaks[micro_batch] = float(peak)
+                self._store.put(key, self.peaks[micro_batch])
+        return self.peaks[micro_batch]
+
+
 def predict_largest(config: ProbeConfig, budget_bytes: float, target: Target, *, headroom: float = 0.0,
-                    scale: float = 1.0, extra_bytes: int = 0, models: FakeModels | None = None,
+                    scale: float = 1.0, extra_bytes: int = 0, peaks: EstimatedPeaks | None = None,
                     on_trial: OnTrial | None = None) -> Search:
     """The largest micro-batch whose estimated peak x scale + extra_bytes, times (1 + headroom), fits.
 
-    The estimates at micro-batch 1 and 2 give a straight line (peak memory grows linearly
-    with the micro-batch), whose crossing with the budget is the first guess; the search
-    then checks it on the estimator. Its trials are fake steps, not device runs.
+    Peak memory is affine in the micro-batch once activations set it: a line through two traced sizes
+    (`LINE_MICRO_BATCHES`), redrawn through the sizes nearest the budget (`SECANT_STEPS`), gives the answer,
+    which is then checked with the next size up on the estimator (fake steps, not device runs); the search
+    steps further only where the line was off. `Search.trials` holds every size consulted, once.
     """
-    models = models or FakeModels()
-    profile: Profile = "cuda" if target == "cuda" else "cpu"
+    peaks = peaks or EstimatedPeaks(config, target)
+    consulted: dict[int, bool] = {}
 
     def need_bytes(micro_batch: int) -> float:
-        estimate = estimate_cell(config.cell(micro_batch, profile), target, models)
-        peak = estimate.peak_reserved_bytes if target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes
-        return (peak * scale + extra_bytes) * (1 + headroom)
+        return (peaks.peak_bytes(micro_batch) * scale + extra_bytes) * (1 + headroom)
 
+    def check(micro_batch: int) -> bool:
+        if micro_batch not in consulted:
+            consulted[micro_batch] = need_bytes(micro_batch) <= budget_bytes
+        return consulted[micro_batch]
+
+    reported = reporting(check, "estimate", on_trial)
     smallest = config.smallest_micro_batch
-    one, two = need_bytes(smallest), need_bytes(smallest + 1)
-    per_sample = max(two - one, 1.0)
-    guess = int((budget_bytes - one) // per_sample) + smallest
-    fits = reporting(lambda n: need_bytes(n) <= budget_bytes, "estimate", on_trial)
-    return search_largest(fits, max(guess, smallest), smallest=smallest)
+    guess = smallest
+    for micro_batch in (smallest * multiple for multiple in LINE_MICRO_BATCHES):
+        reported(micro_batch)
+    for _ in range(SECANT_STEPS + 1):
+        guess = _line_guess({n: need_bytes(n) for n in consulted}, budget_bytes, smallest)
+        if guess in consulted:
+            break
+        reported(guess)
+    found = search_largest(lambda n: reported(n) if n not in consulted else consulted[n], guess,
+                           smallest=smallest, first_stride=1)
+    return Search(found.largest, tuple(consulted.items()))
+
+
+def _line_guess(needs: dict[int, float], budget_bytes: float, smallest: int) -> int:
+    """Where the line through the two sizes nearest the budget (one each side where there are both) meets it.
+
+    >>> _line_guess({2: 10.0, 16: 24.0}, 100.0, 2)
+    92
+    """
+    below = sorted(n for n, need in needs.items() if need <= budget_bytes)
+    above = sorted(n for n, need in needs.items() if need > budget_bytes)
+    a, b = (below[-1], above[0]) if below and above else tuple(sorted(needs, key=lambda n: abs(needs[n] - budget_bytes))[:2])
+    a, b = sorted((a, b))
+    per_sample = max((needs[b] - needs[a]) / (b - a), 1.0)
+    return min(max(int((budget_bytes - needs[a]) // per_sample) + a, smallest), MAX_MICRO_BATCH)
 
 
 def trial_on_device(config: ProbeConfig, device: DeviceInfo, memory_limit_gib: float | None,
@@ -269,6 +336,13 @@ class ProbeResult:
     budget_bytes: float
     predicted: Search
     found: Search | None = None
+    predicted_peaks: dict[int, float] = field(default_factory=dict)
+    """The estimator's peak (bytes, before headroom) at each micro-batch it traced or read from the cache."""
+    traced_steps: int = 0
+    """Fake steps this answer traced; the rest of `predicted_peaks` came from this process or the disk cache."""
+
+    def peak_at(self, micro_batch: int) -> float | None:
+        return self.predicted_peaks.get(micro_batch)
 
     @property
     def doubling_trials(self) -> int | None:
@@ -279,47 +353,15 @@ class ProbeResult:
         return len(doubling_search(lambda n: n <= limit).trials)
 
 
-@dataclass(frozen=True)
-class Budget:
-    """The memory a micro-batch must fit in, and where it comes from."""
-
-    nbytes: float
-    source: str
-    headroom: float = 0.0
-    """Kept free above the estimate (the cost planner's rule) when answering for a catalog GPU."""
-    device: DeviceInfo | None = None
-    """The device real trials run on; None: answer from the estimator alone."""
-
-
-def probe_budget(*, gpu: str | None, memory_gib: float | None, memory_limit_gib: float | None,
-                 device: DeviceChoice) -> Budget:
-    """Resolve the command-line choices; a bad one is an `OptionError` naming its option."""
-    headroom = DEFAULT_HEADROOM
-    if gpu is not None:
-        spec = gpu_spec(gpu)
-        if spec is None:
-            raise OptionError(f"--gpu: {gpu!r} is not in the GPU catalog; known: {', '.join(gpu_keys())}")
-        return Budget(spec.memory_gib * GIB, f"{gpu} ({spec.memory_gib:g} GiB)", headroom)
-    if memory_gib is not None:
-        return Budget(memory_gib * GIB, f"--memory-gib {memory_gib:g}", headroom)
-    info = detect_device(device)
-    if memory_limit_gib is not None:
-        return Budget(memory_limit_gib * GIB, f"--memory-limit-gib {memory_limit_gib:g} on {info.name}", device=info)
-    if info.type == "cpu":
-        raise OptionError("--memory-limit-gib: required for trials on a CPU (without a cap a trial could "
-                        "exhaust the host); or answer from the estimator with --memory-gib or --gpu")
-    total = call_in_child(_cuda_total_memory)
-    return Budget(total, f"all of {info.name}", device=info)
-
-
-def _cuda_total_memory() -> int:
-    return torch.cuda.get_device_properties(0).total_memory
-
-
-def probe_from_estimate(config: ProbeConfig, budget: Budget, on_trial: OnTrial | None = None) -> ProbeResult:
-    """The estimator's answer for a GPU (`--gpu`, `--memory-gib`): no device runs anything."""
-    return ProbeResult(budget.nbytes, predict_largest(config, budget.nbytes, "cuda", headroom=budget.headroom,
-                                                      on_trial=on_trial))
+def probe_from_estimate(config: ProbeConfig, budget: Budget, on_trial: OnTrial | None = None,
+                        peaks: EstimatedPeaks | None = None) -> ProbeResult:
+    """The estimator's answer for a GPU (`--gpu`, `--memory-gib`): no device runs anything. Pass one
+    `peaks` to several calls (several GPUs) and each micro-batch is traced once."""
+    peaks = peaks or EstimatedPeaks(config, "cuda")
+    traced_before = peaks.traced
+    search = predict_largest(config, budget.nbytes, "cuda", headroom=budget.headroom, peaks=peaks, on_trial=on_trial)
+    return ProbeResult(budget.nbytes, search, predicted_peaks=dict(peaks.peaks),
+                       traced_steps=peaks.traced - traced_before)
 
 
 def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float | None,
@@ -342,18 +384,34 @@ def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float
 
 
 def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> str:
-    """What the probe found, in a few lines."""
-    what = config.describe()
-    room = f" with {budget.headroom:.0%} headroom" if budget.headroom else ""
-    lines = [f"{what}; budget {budget.nbytes / GIB:.2f} GiB: {budget.source}{room}",
-             f"predicted largest micro-batch: {result.predicted.largest} "
-             f"(estimator, {len(result.predicted.trials)} fake steps)"]
+    """What the probe found, in a few lines of at most ~110 characters."""
+    room = f", {budget.headroom:.0%} headroom kept free" if budget.headroom else ""
+    lines = [f"{config.describe()}; budget {budget.nbytes / GIB:.2f} GiB: {budget.source}{room}"]
     if config.smallest_micro_batch > 1:
-        lines.insert(1, f"starts at micro-batch {config.smallest_micro_batch}: {config.base.model} has BatchNorm, "
-                        "which cannot train on one sample (its batch statistics need two)")
+        lines.append(f"starts at micro-batch {config.smallest_micro_batch}: {config.base.model} has BatchNorm, "
+                     "which cannot train on one sample")
+    largest = result.predicted.largest
+    answer = f"predicted largest micro-batch: {largest}"
+    at, above = result.peak_at(largest), result.peak_at(largest + 1)
+    if at is not None:
+        answer += f" (peak {_gib(at, budget.headroom)})"
+    if above is not None:
+        answer += f"; {largest + 1} needs {_gib(above, budget.headroom)}"
+    lines.append(answer)
+    steps = len(result.predicted.trials)
+    reused = f"; {steps - result.traced_steps} reused" if steps > result.traced_steps else ""
+    lines.append(f"  estimator: {steps} sizes ({', '.join(str(n) for n, _ in result.predicted.trials)}{reused}): "
+                 "a line, redrawn near the budget, answer checked")
     if result.found is not None:
         lines.append(f"found largest micro-batch:     {result.found.largest} "
                      f"({len(result.found.trials)} trials on {budget.device.name}; doubling from 1 "
                      f"would take {result.doubling_trials})")
         lines.append("trials: " + ", ".join(f"{n} {'ok' if ok else 'oom'}" for n, ok in result.found.trials))
     return "\n".join(lines)
+
+
+def _gib(peak_bytes: float, headroom: float) -> str:
+    """`36.36 GiB` or, with headroom, `36.36 GiB + 10% = 40.00 GiB`."""
+    if not headroom:
+        return f"{peak_bytes / GIB:.2f} GiB"
+    return f"{peak_bytes / GIB:.2f} GiB + {headroom:.0%} = {peak_bytes * (1 + headroom) / GIB:.2f} GiB"

@@ -1,0 +1,68 @@
+"""`bench` answers help, versions, listings and bad input without loading torch, timm or matplotlib: those
+load only inside the commands that compute with them, after their input has been checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO
+
+HEAVY = ("torch", "timm", "matplotlib")
+
+# Each: arguments, and the exit code they must give (0 answered, 2 refused as bad input).
+CALLS = [
+    (["--version"], 0),
+    (["list", "experiments/resnet50.toml", "--profile", "cuda"], 0),
+    (["catalog", "--gpus"], 0),
+    (["run", "no_such_grid.toml"], 2),
+    (["run", "experiments/smoke.toml", "--timeout-s", "-1"], 2),
+    (["estimate", "no_such_grid.toml"], 2),
+    (["probe", "resnet-50", "--gpu", "A100-40GB"], 2),
+    (["probe", "resnet50", "--gpu", "A100-40GB", "--headroom", "nan"], 2),
+    (["plan", "resnet50", "--effective-batch", "-3"], 2),
+    (["plan", "resnet50", "no_such_folder", "--effective-batch", "64"], 2),
+    (["report", "no_such_folder"], 2),
+    (["cost", "no_such_folder"], 2),
+]
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    from bench.cli import _parser, main, subcommand_parsers
+
+    calls = json.loads(sys.argv[1])
+    codes = []
+    for argv, _ in calls:
+        try:
+            codes.append(main(argv))
+        except SystemExit as exit_:
+            codes.append(exit_.code)
+    helps = [sub.prog.split()[1:] + ["--help"] for sub, _ in subcommand_parsers(_parser())] + [["--help"]]
+    for argv in helps:
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    heavy = sorted(name for name in sys.modules if name.split(".")[0] in json.loads(sys.argv[2]))
+    print(json.dumps({"codes": codes, "helps": len(helps), "heavy": heavy[:5]}))
+""")
+
+
+@pytest.mark.slow
+def test_help_listings_and_bad_input_load_no_torch(tmp_path):
+    env = {**os.environ, "BENCH_CACHE_DIR": str(tmp_path)}
+    # timm's model names are cached per timm version: the first listing reads them from timm, later ones do not
+    warm = subprocess.run([sys.executable, "-m", "bench", "list", "experiments/smoke.toml", "--profile", "cpu"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert warm.returncode == 0, warm.stderr
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CALLS), json.dumps(HEAVY)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["codes"] == [code for _, code in CALLS], done.stderr
+    assert report["helps"] > 15  # every subcommand's --help was parsed
+    assert report["heavy"] == [], f"loaded while parsing: {report['heavy']}"
