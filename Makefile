@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead charts equivalence cost estimate estimate-speed predict predict-speed predict-fit predict-validate claims clean
+.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead bench-latency charts equivalence cost estimate estimate-speed predict predict-speed predict-fit predict-validate claims clean
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ bench-smoke: install
 # The runner against a hand-written loop on the same cell: target within 3%.
 bench-overhead: install
 	$(BIN)/python scripts/bench_overhead.py
+
+# Cold and warm wall times of help, list, probe, plan and estimate, side by side in one run (targets in the script).
+bench-latency: install
+	$(BIN)/python scripts/bench_latency.py
 
 # Every results folder's charts and REPORT.md, regenerated from its rows (estimates get their chart only:
 # they are not measurements), and the equivalence study's tables from its CSV.

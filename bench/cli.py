@@ -12,6 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from bench.cache import NO_CACHE_ENV
 from bench.commands import GROUPS
 from bench.commands.common import version
 from bench.errors import BadInput, OptionError
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         _log_warnings()
     try:
         args = _parser().parse_args(argv)
+        if getattr(args, "no_cache", False):  # an environment variable, so the processes it starts bypass it too
+            os.environ[NO_CACHE_ENV] = "1"
         return args.handler(args)
     except BadInput as exc:
         print(f"{getattr(exc, 'prog', 'bench')}: {exc}", file=sys.stderr)

@@ -73,3 +73,8 @@ def require_folders(folders: Iterable[Path]) -> None:
         if not folder.is_dir():
             raise ResultsFileError(f"{folder}: no such folder; pass a results folder such as "
                                    "results/<experiment>/<device-tag>")
+
+
+def add_cache_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-cache", action="store_true",
+                        help="neither read nor write the disk cache of traces (~/.cache/bench, $BENCH_CACHE_DIR)")

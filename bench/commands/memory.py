@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.commands.common import add_device_option, non_negative, positive, positive_int
+from bench.commands.common import add_cache_option, add_device_option, non_negative, positive, positive_int
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
 from bench.errors import OptionError
 from bench.grid.cell import axes, choices, field_docs, field_types, probe_options
@@ -23,6 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                           help="cuda: the grid as written, predicted for a GPU (default); cpu: its CPU profile")
     estimate.add_argument("--results", type=Path, default=Path("results"),
                           help="results root; rows go to <root>/<experiment>/estimate/ (default: results)")
+    add_cache_option(estimate)
     add_format_option(estimate)
 
     probe = commands.add_parser("probe", help="the largest micro-batch that fits: estimated, then found by real runs")
@@ -42,6 +43,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                             f"(default {DEFAULT_HEADROOM:g}, as bench plan)")
     add_device_option(probe, help="device for real trials")
     probe.add_argument("--timeout-s", type=positive, default=600.0, help="per-trial time limit (default 600)")
+    add_cache_option(probe)
     add_format_option(probe)
 
 

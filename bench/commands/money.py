@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.commands.common import fraction, non_negative, positive, positive_int, require_folders
+from bench.commands.common import add_cache_option, fraction, non_negative, positive, positive_int, require_folders
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
@@ -37,6 +37,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--predict", choices=("auto", "always", "never"), default="auto",
                       help="throughput-model options: auto (when the rows hold no GPU row of the model: measured "
                            "rows win), always (beside the measured ones), never (default auto)")
+    add_cache_option(plan)
     cost.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR",
                       help="results/<experiment>/<device-tag> folder with a runs.csv (a predicted/ folder too)")
     plan.add_argument("folders", nargs="*", type=Path, metavar="RESULTS_DIR",

@@ -9,11 +9,13 @@ never mistaken for a measurement.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from bench.cache import ESTIMATOR_SOURCES, DiskCache
 from bench.grid.cell import Cell
 from bench.grid.spec import Grid
 from bench.measure.device import DeviceInfo
@@ -25,6 +27,7 @@ from bench.memory.estimate import (
     Target,
     estimate_cell,
 )
+from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
 from bench.results.provenance import provenance, utc_now
 from bench.results.schema import (
@@ -84,12 +87,56 @@ def estimate_row(cell: Cell, estimate: Estimate, headroom: float = DEFAULT_HEADR
     }
 
 
+def estimated_row(cell: Cell, target: Target, models: FakeModels | None = None) -> dict:
+    """`estimate_row` of `cell`, traced with at most two micro-batches (`repeat_micro_steps` gives the rest),
+    and kept in the disk cache (`bench.cache`): the same cell in another grid or run is not traced again."""
+    key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": target}
+    stored = _ROWS.get(key)
+    if isinstance(stored, dict):
+        return stored
+    estimate = estimate_cell(cell, target, models, accum_steps=min(cell.accum_steps, 2))
+    row = estimate_row(cell, replace(estimate, traced=repeat_micro_steps(estimate.traced, cell.accum_steps)))
+    _ROWS.put(key, row)
+    return row
+
+
+_ROWS = DiskCache("estimate-rows", sources=(*ESTIMATOR_SOURCES, "memory/estimate_grid.py", "results/schema.py"))
+
+
+def repeat_micro_steps(traced: TracedStep, accum_steps: int) -> TracedStep:
+    """A step of `accum_steps` micro-batches from a trace of two (or one, when `accum_steps` is 1).
+
+    From the second micro-batch on, every micro-step holds the same tensors (the gradients exist and are
+    accumulated into), so its phases repeat the second's, and the update follows the last; the peak and every
+    other figure of the trace are already those of the longer step (checked against full traces in the tests).
+
+    >>> two = TracedStep(phases=[{"step": 0, "phase": p, "micro_step": m, "allocated_bytes": b, "weights_version": 0}
+    ...     for p, m, b in [("forward", 0, 5), ("backward", 0, 2), ("forward", 1, 6), ("backward", 1, 2),
+    ...                     ("optimizer", 1, 3), ("zero_grad", 1, 1)]])
+    >>> [(p["phase"], p["micro_step"]) for p in repeat_micro_steps(two, 3).phases][4:]
+    [('forward', 2), ('backward', 2), ('optimizer', 2), ('zero_grad', 2)]
+    """
+    if accum_steps <= 2:
+        return traced
+    phases = []
+    for step in sorted({p["step"] for p in traced.phases}):
+        entries = [p for p in traced.phases if p["step"] == step]
+        micro = [p for p in entries if p["phase"] in ("forward", "backward")]
+        update = [p for p in entries if p["phase"] not in ("forward", "backward")]
+        phases += [p for p in micro if p["micro_step"] == 0]
+        second = [p for p in micro if p["micro_step"] == 1]
+        phases += [{**p, "micro_step": index} for index in range(1, accum_steps) for p in second]
+        phases += [{**p, "micro_step": accum_steps - 1} for p in update]
+    return replace(traced, phases=phases)
+
+
 def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, int], None] | None = None,
                   models: FakeModels | None = None) -> Path:
     """Estimate every cell of `grid` (its profile decides the target) and write the rows; returns the file.
 
-    The fake models are shared between cells (see `FakeModels`). Every cell is estimated
-    again (seconds each) and its row replaced; rows of the other profile are kept.
+    The fake models are shared between cells (see `FakeModels`), each cell is traced with at most two
+    micro-batches, and a cell estimated before with the same code and versions comes from the disk cache.
+    Every cell's row is replaced; rows of the other profile are kept.
     """
     target: Target = "cuda" if grid.profile == "cuda" else "cpu"
     device = estimate_device(target)
@@ -101,7 +148,7 @@ def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, i
         started = utc_now()
         began = time.monotonic()
         try:
-            outcome = estimate_row(cell, estimate_cell(cell, target, models))
+            outcome = estimated_row(cell, target, models)
         except Exception as exc:  # noqa: BLE001 - a cell that cannot be estimated is a row, not a stop
             outcome = failure_from(exc)
         row = {**config_columns(cell, device), "device_tag": ESTIMATE_FOLDER, **stamp, **outcome,
