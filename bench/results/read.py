@@ -27,11 +27,11 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import ResultsFileError
-from bench.grid.cell import extra_axis_defaults
+from bench.grid.cell import CELL_ID_MAX_CHARS, extra_axis_defaults
 from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, STATUSES, Column
 
 _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "str", "json": "str"}
-CELL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}$")
+CELL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{CELL_ID_MAX_CHARS - 1}}}$")
 """What a cell id looks like: `resnet50-32px-16x1-fp32-ckpt_off-adamw-cl-3474e652`."""
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 SET_ASIDE_HINT = "move that line into a side file (e.g. runs.csv.bad) to keep the other rows"
