@@ -5,6 +5,7 @@ one line and exit 2. Third-party warnings go to a log file, never into an answer
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from bench.commands import GROUPS
 from bench.commands.common import version
+from bench.commands.formats import error_document, text_answer, wants_json
 from bench.errors import BadInput, OptionError
 
 EXIT_BAD_INPUT = 2
@@ -61,11 +63,16 @@ def entry() -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the `bench` command itself; a caller passing argv (the tests) keeps its own warning setup
         _log_warnings()
+    as_json = wants_json(sys.argv[1:] if argv is None else argv)
     try:
         args = _parser().parse_args(argv)
+        if as_json and getattr(args, "text_only", False):
+            return text_answer(args.command, args.handler, args)
         return args.handler(args)
     except BadInput as exc:
         print(f"{getattr(exc, 'prog', 'bench')}: {exc}", file=sys.stderr)
+        if as_json:  # the contract of docs/json.md: one object on stdout, exit 2
+            print(json.dumps(error_document(str(exc), isinstance(exc, OptionError))), flush=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
@@ -123,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         group.register(commands)
     for sub, help_line in subcommand_parsers(parser):
         _describe(sub, help_line)
+        sub.set_defaults(command=sub.prog.removeprefix("bench "))
     return parser
 
 

@@ -145,11 +145,11 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
 
 
 def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
-    from bench.measure.hardware import gpu_keys
+    from bench.measure.hardware import gpu_key_hint, gpu_keys
 
     unknown = [gpu for gpu in gpus if gpu not in gpu_keys()]
     if unknown:
-        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; known: {', '.join(gpu_keys())}")
+        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; {gpu_key_hint(unknown[0])}")
     return tuple(i for i in instances if not gpus or i.gpu in gpus)
 
 
@@ -190,7 +190,11 @@ def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
     providers = tuple(args.provider)
     unknown = [name for name in providers if name not in catalog.providers]
     if unknown:
-        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; known: {', '.join(catalog.providers)}")
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0].lower(), catalog.providers, n=2)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; {hint}known: {', '.join(catalog.providers)}")
     which = "current and superseded prices" if args.include_superseded else "current prices"
     only = f", {', '.join(providers)} only" if providers else ""
     return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from bench.errors import CatalogError
-from bench.measure.hardware import GpuSpec, gpu_keys, gpu_spec
+from bench.measure.hardware import GpuSpec, gpu_key_hint, gpu_spec
 
 # The header a catalog file must have. Units are in the names.
 COLUMNS: dict[str, str] = {
@@ -81,7 +81,7 @@ class Instance(BaseModel):
     @classmethod
     def _known_gpu(cls, gpu: str) -> str:
         if gpu_spec(gpu) is None:
-            raise ValueError(f"not in the GPU catalog (bench/data/gpus.csv); known: {', '.join(gpu_keys())}")
+            raise ValueError(f"not in the GPU catalog (bench/data/gpus.csv); {gpu_key_hint(gpu)}")
         return gpu
 
     @field_validator("gpu_memory_gb")
