@@ -116,6 +116,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:
         where = re.sub(r"^argument ([^:]+): ", r"\1: ", message)  # "argument --x: ..." -> "--x: ..."
+        where = re.sub(r"'([^']{57})[^']{4,}'", r"'\1...'", where)  # a 5,000-digit value is not repeated whole
         problem = OptionError(f"{where} (see {self.prog} --help)")
         problem.prog = self.prog
         raise problem

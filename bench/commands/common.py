@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 
 def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
@@ -11,11 +12,21 @@ def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", he
                         help=help or "auto: CUDA if present, else the CPU profile")
 
 
+MAX_NUMBER = 1e12
+"""Largest number any option takes: past it a figure means nothing here (1e12 epochs, GiB or dollars) and
+sums with it lose their digits; each option's help says what is sensible."""
+
+
 def finite(text: str) -> float:
-    """A number, NaN and infinities refused (`--epochs nan` would price a run at NaN dollars)."""
+    """A number, NaN, infinities, subnormals and magnitudes over `MAX_NUMBER` refused (`--epochs nan` would price
+    a run at NaN dollars, `--epochs 1e308` at infinitely many)."""
     value = float(text)
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    if abs(value) > MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_NUMBER:g} in size, got {text}")
+    if value != 0 and abs(value) < sys.float_info.min:
+        raise argparse.ArgumentTypeError(f"is too small to compute with (a subnormal number), got {text}")
     return value
 
 
@@ -30,6 +41,8 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
+    if value > MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_NUMBER:g}, got {text}")
     return value
 
 

@@ -52,7 +52,7 @@ def _add_axis_options(probe: argparse.ArgumentParser) -> None:
 
 
 def _axis_value(name: str):
-    """An argparse type for axis `name`: a whole number within its minimum, or text matching its pattern."""
+    """An argparse type for axis `name`: a whole number within its bounds, or text matching its pattern."""
     spec = axes()[name]
 
     def parse(text: str) -> Any:
@@ -60,6 +60,8 @@ def _axis_value(name: str):
             value = positive_int(text)
             if spec.minimum is not None and value < spec.minimum:
                 raise argparse.ArgumentTypeError(f"must be >= {spec.minimum}, got {text}")
+            if spec.maximum is not None and value > spec.maximum:
+                raise argparse.ArgumentTypeError(f"must be <= {spec.maximum}, got {text}")
             return value
         if spec.pattern and not re.fullmatch(spec.pattern, text):
             raise argparse.ArgumentTypeError(f"{text!r} must match {spec.pattern}")

@@ -60,7 +60,7 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
         raise ResultsFileError(f"{path}: cannot be read as a runs file ({exc.strerror or exc})") from None
     cut = data.rfind(b"\n") + 1
     try:
-        text = data[:cut].decode("utf-8")
+        text = data[:cut].decode("utf-8-sig")  # a BOM (a spreadsheet's "CSV UTF-8") is not part of the header
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise ResultsFileError(f"{path}: line {line}: not UTF-8 text; {SET_ASIDE_HINT}") from None
@@ -72,6 +72,8 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
             raise ResultsFileError(f"{path}: column {unknown[0]!r} is not in this version's schema; "
                                    "move the file aside to start afresh")
         filler = {name: cell_text(extra_axis_defaults().get(name)) for name in columns if name not in header}
+        key = [name for name in ("cell_id", "gpu") if name in header]  # a predictions file: a row per cell and GPU
+        seen: dict[tuple[str, ...], int] = {}
         rows = []
         for fields in reader:
             if not fields:  # a blank line holds nothing
@@ -82,6 +84,10 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
                                        f"{SET_ASIDE_HINT}")
             row = dict(zip(header, fields))
             check_row(row, columns, where)
+            name = tuple(row[column] for column in key)
+            if name in seen:  # the writer replaces a cell's row: two are an edit, and either could be counted
+                raise ResultsFileError(f"{where}: {' '.join(name)} repeats line {seen[name]}; {SET_ASIDE_HINT}")
+            seen[name] = reader.line_num
             rows.append({**filler, **row})
     except csv.Error as exc:
         raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); {SET_ASIDE_HINT}") from None
