@@ -114,6 +114,12 @@ def _log_warnings() -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse, with a mistake raised as one `OptionError` line instead of usage text and exit."""
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
+        # argparse drops a "--" value, so `--epochs=--` would set epochs to [] and crash later.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {action.option_strings[0]}: expected a value, got --")
+        return super()._get_values(action, arg_strings)
+
     def error(self, message: str) -> None:
         where = re.sub(r"^argument ([^:]+): ", r"\1: ", message)  # "argument --x: ..." -> "--x: ..."
         where = re.sub(r"'([^']{57})[^']{4,}'", r"'\1...'", where)  # a 5,000-digit value is not repeated whole

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from datetime import date
+from datetime import date, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -90,9 +90,12 @@ def _add_today(parser: argparse.ArgumentParser, default: object = None) -> None:
 
 def _day(text: str) -> date:
     try:
-        return date.fromisoformat(text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else _bad_day(text)
+        day = date.fromisoformat(text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else _bad_day(text)
     except ValueError:
         return _bad_day(text)
+    if day > date.today() + timedelta(days=1):  # a day ahead: UTC against the zone the user typed it in
+        raise argparse.ArgumentTypeError(f"{text} is in the future; prices are judged as of a day that has come")
+    return day
 
 
 def _bad_day(text: str) -> date:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
+from typing import Any
 
 
 def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
@@ -58,6 +60,27 @@ def non_negative(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
+
+
+def axis_value(name: str):
+    """An argparse type for axis `name`: a whole number within its bounds, or text matching its pattern."""
+    from bench.grid.cell import axes, field_types
+
+    spec = axes()[name]
+
+    def parse(text: str) -> Any:
+        if field_types()[name] is int:
+            value = positive_int(text)
+            if spec.minimum is not None and value < spec.minimum:
+                raise argparse.ArgumentTypeError(f"must be >= {spec.minimum}, got {text}")
+            if spec.maximum is not None and value > spec.maximum:
+                raise argparse.ArgumentTypeError(f"must be <= {spec.maximum}, got {text}")
+            return value
+        if spec.pattern and not re.fullmatch(spec.pattern, text):
+            raise argparse.ArgumentTypeError(f"{text!r} must match {spec.pattern}")
+        return text
+    parse.__name__ = name  # argparse names the type in its error
+    return parse
 
 
 def positive_int_list(text: str) -> list[int]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
-from bench.commands.common import add_device_option, positive, positive_int
+from bench.commands.common import add_device_option, axis_value, positive, positive_int
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
 from bench.errors import OptionError
-from bench.grid.cell import axes, choices, field_docs, field_types, probe_options
+from bench.grid.cell import choices, field_docs, field_types, probe_options
 from bench.grid.spec import load_grid, timm_model_problem
 
 
@@ -48,26 +47,7 @@ def _add_axis_options(probe: argparse.ArgumentParser) -> None:
         elif choices(name):
             probe.add_argument(flag, choices=choices(name), default=default, help=f"{doc} (default {default})")
         else:
-            probe.add_argument(flag, type=_axis_value(name), default=default, help=f"{doc} (default {default})")
-
-
-def _axis_value(name: str):
-    """An argparse type for axis `name`: a whole number within its bounds, or text matching its pattern."""
-    spec = axes()[name]
-
-    def parse(text: str) -> Any:
-        if field_types()[name] is int:
-            value = positive_int(text)
-            if spec.minimum is not None and value < spec.minimum:
-                raise argparse.ArgumentTypeError(f"must be >= {spec.minimum}, got {text}")
-            if spec.maximum is not None and value > spec.maximum:
-                raise argparse.ArgumentTypeError(f"must be <= {spec.maximum}, got {text}")
-            return value
-        if spec.pattern and not re.fullmatch(spec.pattern, text):
-            raise argparse.ArgumentTypeError(f"{text!r} must match {spec.pattern}")
-        return text
-    parse.__name__ = name  # argparse names the type in its error
-    return parse
+            probe.add_argument(flag, type=axis_value(name), default=default, help=f"{doc} (default {default})")
 
 
 def estimate_grids(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.commands.common import fraction, non_negative, positive, positive_int
+from bench.commands.common import axis_value, fraction, non_negative, positive, positive_int
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.set_defaults(handler=plan_run)
     plan.add_argument("--model", help="timm model name, as in the rows (or give it first: bench plan MODEL ...)")
     plan.add_argument("--effective-batch", type=positive_int, required=True, help="samples per optimizer step, all GPUs")
-    plan.add_argument("--image-size", type=positive_int, help="only rows at this image size")
+    plan.add_argument("--image-size", type=axis_value("image_size"), help="only rows at this image size")
     plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
     plan.add_argument("--deadline-hours", type=positive, help="leave out options taking longer per run")
     plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")

@@ -164,9 +164,12 @@ def load_catalog(path: Path | None = None) -> Catalog:
     else:
         name = str(path)
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_bytes().decode("utf-8-sig")  # a spreadsheet's BOM is not part of the header
         except OSError as exc:
             raise CatalogError(f"{name}: cannot read the instance catalog ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            line = Path(path).read_bytes()[:exc.start].count(b"\n") + 1
+            raise CatalogError(f"{name}: line {line}: not UTF-8 text; an instance catalog is a UTF-8 CSV") from None
     return Catalog(name, _parse(name, text))
 
 

@@ -35,6 +35,9 @@ CELL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{CELL_ID_MAX_CHAR
 """What a cell id looks like: `resnet50-32px-16x1-fp32-ckpt_off-adamw-cl-3474e652`."""
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 SET_ASIDE_HINT = "move that line into a side file (e.g. runs.csv.bad) to keep the other rows"
+MAX_RUNS_FILE_BYTES = 128 * 2**20
+"""Largest runs file read: a file past it is refused before it is read, so a reader's time and memory stay bounded
+(a grid of at most 10,000 cells at about 4 KiB a row makes some 40 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,11 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
     """
     path = Path(path)
     try:
+        size = path.stat().st_size if path.exists() else 0
+        if size > MAX_RUNS_FILE_BYTES:
+            raise ResultsFileError(f"{path}: {size / 2**20:,.0f} MiB is more than a runs file holds (at most "
+                                   f"{MAX_RUNS_FILE_BYTES // 2**20} MiB; the largest grid, 10,000 cells at about "
+                                   "4 KiB a row, makes some 40 MiB); move it aside")
         data = path.read_bytes() if path.exists() else b""
     except OSError as exc:
         raise ResultsFileError(f"{path}: cannot be read as a runs file ({exc.strerror or exc})") from None
