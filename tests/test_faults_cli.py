@@ -516,3 +516,13 @@ def test_report_and_cost_while_run_appends_then_a_second_grid_under_the_same_roo
     (smoke,) = results.glob("smoke/*/runs.csv")
     (one,) = results.glob("other/*/runs.csv")
     assert len(read_rows(smoke)) == len(load_grid(SMOKE, "cpu").cells) and len(read_rows(one)) == 1
+
+
+@pytest.mark.slow
+def test_claims_in_json_reads_and_writes_nothing(tmp_path, capsys):
+    """`bench claims --format json` answers from the rows; CLAIMS.md and every other file stay as they were."""
+    shutil.copytree(REPO / "results", tmp_path / "results")
+    before = _snapshot(tmp_path / "results")
+    assert main(["claims", "--results", str(tmp_path / "results"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["written"] == []
+    assert _snapshot(tmp_path / "results") == before
