@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as exc:
         print(f"{getattr(exc, 'prog', 'bench')}: {exc}", file=sys.stderr)
         if as_json:  # the contract of docs/json.md: one object on stdout, exit 2
-            print(json.dumps(error_document(str(exc), isinstance(exc, OptionError))), flush=True)
+            print(json.dumps(error_document(exc)), flush=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)

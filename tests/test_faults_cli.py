@@ -526,3 +526,17 @@ def test_claims_in_json_reads_and_writes_nothing(tmp_path, capsys):
     assert main(["claims", "--results", str(tmp_path / "results"), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["written"] == []
     assert _snapshot(tmp_path / "results") == before
+
+
+def test_a_model_that_refuses_the_input_is_one_line_naming_model_input_and_exception(work, capsys):
+    """A size below a ViT's patch: the estimator's trace fails inside timm; the answer says where."""
+    assert main(["probe", "test_vit", "--image-size", "4", "--gpu", "H200", "--format", "json"]) == 2
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["key"] == "MODEL" and answer["error"].startswith("test_vit: cannot take the synthetic step on")
+    assert "4px" in answer["error"] and "patch size" in answer["error"], answer
+    grid = work / "tiny.toml"
+    grid.write_text(SMOKE.read_text().replace('model = ["test_vit", "test_resnet"]', 'model = ["test_vit"]')
+                    .replace("image_size = [32]", "image_size = [4]"))
+    assert main(["estimate", str(grid), "--profile", "cpu", "--results", str(work / "estimates")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "test_vit: cannot take the synthetic step on 4 px" in line and "AssertionError" in line, line

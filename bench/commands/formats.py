@@ -61,20 +61,26 @@ _WHERE = re.compile(r"^(?P<first>[^:\s][^:]*?): (?:(?P<second>[\w.\[\]-]+|line \
                     r"|row \d+(?:, column [\w.-]+)?): )?")
 
 
-def error_document(message: str, option_error: bool) -> dict[str, Any]:
+def error_document(exc: Exception) -> dict[str, Any]:
     """Bad input as JSON: the one-line message, and the file and key it names (None where it names none).
 
-    An option's message starts with the option (and its value: `--catalog FILE: ...`); a file's with the file
-    and then its key, line or row.
+    An exception may say them (`file`, `key` attributes); otherwise an option's message starts with the option
+    (and its value: `--catalog FILE: ...`), a file's with the file and then its key, line or row.
 
-    >>> error_document("runs.csv: line 3, column status: 'x' is not one of ok", False)
+    >>> from bench.errors import OptionError, ResultsFileError
+    >>> error_document(ResultsFileError("runs.csv: line 3, column status: 'x' is not one of ok"))
     {'error': "runs.csv: line 3, column status: 'x' is not one of ok", 'file': 'runs.csv', 'key': 'line 3, column status'}
-    >>> error_document("--catalog my.csv: no such file", True)
+    >>> error_document(OptionError("--catalog my.csv: no such file"))
     {'error': '--catalog my.csv: no such file', 'file': 'my.csv', 'key': '--catalog'}
     """
+    from bench.errors import OptionError
+
+    message = str(exc)
+    if hasattr(exc, "key"):
+        return {"error": message, "file": getattr(exc, "file", None), "key": exc.key}
     found = _WHERE.match(message)
     file = key = None
-    if found and option_error:
+    if found and isinstance(exc, OptionError):
         key, _, value = found["first"].partition(" ")
         file = value if value and ("/" in value or "." in value) else None
     elif found and " " not in found["first"]:

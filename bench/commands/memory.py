@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.commands.common import add_device_option, axis_value, positive, positive_int
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
-from bench.errors import OptionError
+from bench.errors import STEP_ERRORS, OptionError, refused_step, step_refusal
 from bench.grid.cell import choices, field_docs, field_types, probe_options
 from bench.grid.spec import load_grid, timm_model_problem
 
@@ -70,7 +70,12 @@ def estimate_grids(args: argparse.Namespace) -> int:
                 step.say(f"  [{index + 1}/{total}] {describe_estimate(row)}")
                 step.advance(f"{grid.name} {index + 1}/{total}")
 
-            path = estimate_grid(grid, args.results, on_row=on_row)
+            try:
+                path = estimate_grid(grid, args.results, on_row=on_row)
+            except STEP_ERRORS as exc:  # in the cell after the last one estimated
+                cell = grid.cells[len(rows)]
+                raise step_refusal(cell.model, f"{cell.image_size} px, micro-batch {cell.micro_batch} (cell "
+                                               f"{cell.cell_id} of {grid.path})", exc) from None
             chart = write_estimate_chart(path.parent)
             step.say(f"  wrote {path} and {chart}")
             answers.append({"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": path,
@@ -102,7 +107,7 @@ def probe_model(args: argparse.Namespace) -> int:
         print(f"  {trial.describe()}", file=sys.stderr, flush=True)
 
     print(f"probe: {config.describe()}; budget {budget.source}", file=sys.stderr, flush=True)
-    with answer_only(args.format == "json"):
+    with answer_only(args.format == "json"), refused_step(args.model, config.describe()):
         result = (probe_from_estimate(config, budget, on_trial=show) if budget.device is None
                   else probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))
     if args.format == "json":

@@ -10,7 +10,7 @@ from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, 
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
 from bench.cost.price import Assumptions, Workload, price_rows
-from bench.errors import OptionError
+from bench.errors import OptionError, refused_step
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -176,7 +176,8 @@ def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, insta
                                 checkpointing=tuple(args.checkpointing) or ("off",), optimizer=args.optimizer,
                                 headroom=args.headroom)
     progress = Progress()
-    rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)
+    with refused_step(model, f"{image_size} px"):
+        rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)
     refused = "; ".join(f"{count} {why}" for why, count in progress.refused.items())
     print(f"  predicted {len(rows)} options on {len(gpus)} GPUs in {time.monotonic() - began:.1f} s"
           + (f" (not predicted: {refused})" if refused else ""))

@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 
 from bench.commands.formats import add_format_option
-from bench.errors import OptionError
+from bench.errors import OptionError, refused_step
 from bench.grid.spec import load_grid
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -73,7 +73,9 @@ def _predict(args: argparse.Namespace) -> int:
     model = load_model_file()
     for grid in grids:
         print(f"{grid.name}: {len(grid.cells)} cells x {len(gpus) if gpus else 'every'} GPU, {model.basis()}")
-        path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
+        sizes = ", ".join(sorted({f"{cell.model} at {cell.image_size} px" for cell in grid.cells}))
+        with refused_step(grid.name, f"a cell of {grid.path} ({sizes})"):
+            path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
         table = accumulation_loss(records(read_runs(path, PREDICTED_COLUMNS)))
         written = path.parent / "accumulation.csv"
         _write_csv(table, written)
