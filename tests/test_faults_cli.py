@@ -474,7 +474,7 @@ def test_sigterm_and_sigint_at_random_moments_then_a_rerun_measure_every_cell_on
     for sent in [signal.SIGTERM] * 5 + [signal.SIGINT] * 5:
         process = subprocess.Popen(_command(results), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                    start_new_session=True)
-        time.sleep(chance.uniform(0.5, 6))
+        time.sleep(chance.uniform(0.5, 4))
         if process.poll() is None:
             os.killpg(process.pid, sent)
         _, err = process.communicate(timeout=120)
@@ -486,7 +486,7 @@ def test_sigterm_and_sigint_at_random_moments_then_a_rerun_measure_every_cell_on
     ids = [row["cell_id"] for row in read_rows(runs)]
     expected = {cell.cell_id for cell in load_grid(SMOKE, "cpu").cells}
     assert sorted(ids) == sorted(expected) and runs.read_bytes().endswith(b"\n")
-    assert [p.name for p in results.iterdir()] == ["smoke"]  # no lock file, nothing else left behind
+    assert {p.name for p in results.iterdir()} <= {"smoke", "peaks"}  # no lock file (peaks: the CPU's, stored once)
 
 
 @pytest.mark.slow
@@ -495,7 +495,7 @@ def test_report_and_cost_while_run_appends_then_a_second_grid_under_the_same_roo
     process = subprocess.Popen(_command(results), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         answered = 0
-        while process.poll() is None:
+        while process.poll() is None and not answered:  # one answer from a folder being appended to
             found = list(results.glob("smoke/*/runs.csv"))
             if found:
                 cost = subprocess.run([sys.executable, "-m", "bench", "cost", str(found[0].parent),
