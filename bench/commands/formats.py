@@ -68,8 +68,8 @@ def error_document(exc: Exception) -> dict[str, Any]:
     (and its value: `--catalog FILE: ...`), a file's with the file and then its key, line or row.
 
     >>> from bench.errors import OptionError, ResultsFileError
-    >>> error_document(ResultsFileError("runs.csv: line 3, column status: 'x' is not one of ok"))
-    {'error': "runs.csv: line 3, column status: 'x' is not one of ok", 'file': 'runs.csv', 'key': 'line 3, column status'}
+    >>> error_document(ResultsFileError("runs.csv: line 3, column status: 'x' is not ok"))
+    {'error': "runs.csv: line 3, column status: 'x' is not ok", 'file': 'runs.csv', 'key': 'line 3, column status'}
     >>> error_document(OptionError("--catalog my.csv: no such file"))
     {'error': '--catalog my.csv: no such file', 'file': 'my.csv', 'key': '--catalog'}
     """

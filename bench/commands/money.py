@@ -195,7 +195,8 @@ def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
 
         close = difflib.get_close_matches(unknown[0].lower(), catalog.providers, n=2)
         hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; {hint}known: {', '.join(catalog.providers)}")
+        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; {hint}known: "
+                          f"{', '.join(catalog.providers)}")
     which = "current and superseded prices" if args.include_superseded else "current prices"
     only = f", {', '.join(providers)} only" if providers else ""
     return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,
