@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.commands.common import add_device_option, axis_value, positive, positive_int
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
-from bench.errors import STEP_ERRORS, OptionError, refused_step, step_refusal
+from bench.errors import OptionError, refused_step
 from bench.grid.cell import choices, field_docs, field_types, probe_options
 from bench.grid.spec import load_grid, timm_model_problem
 
@@ -69,14 +69,13 @@ def estimate_grids(args: argparse.Namespace) -> int:
                 step.say(f"  [{index + 1}/{total}] {describe_estimate(row)}")
                 step.advance(f"{grid.name} {index + 1}/{total}")
 
-            try:
-                path = estimate_grid(grid, args.results, on_row=on_row)
-            except STEP_ERRORS as exc:  # in the cell after the last one estimated
-                cell = grid.cells[len(rows)]
-                raise step_refusal(cell.model, f"{cell.image_size} px, micro-batch {cell.micro_batch} (cell "
-                                               f"{cell.cell_id} of {grid.path})", exc) from None
-            chart = write_estimate_chart(path.parent)
-            step.say(f"  wrote {path} and {chart}")
+            path = estimate_grid(grid, args.results, on_row=on_row)  # a cell the model refuses is an error row
+            if any(row["status"] == "estimated" for row in rows):
+                chart = write_estimate_chart(path.parent)
+                step.say(f"  wrote {path} and {chart}")
+            else:  # nothing to draw: every cell's error is on its line above
+                chart = None
+                step.say(f"  wrote {path}; no cell could be estimated, so no chart")
             answers.append({"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": path,
                             "chart": chart, "rows": rows})
     if args.format == "json":
