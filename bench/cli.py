@@ -5,6 +5,7 @@ one line and exit 2. Third-party warnings go to a log file, never into an answer
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 from bench.cache import NO_CACHE_ENV
 from bench.commands import GROUPS
 from bench.commands.common import version
+from bench.commands.formats import error_document, text_answer, wants_json
 from bench.errors import BadInput, OptionError
 
 EXIT_BAD_INPUT = 2
@@ -62,13 +64,18 @@ def entry() -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the `bench` command itself; a caller passing argv (the tests) keeps its own warning setup
         _log_warnings()
+    as_json = wants_json(sys.argv[1:] if argv is None else argv)
     try:
         args = _parser().parse_args(argv)
         if getattr(args, "no_cache", False):  # an environment variable, so the processes it starts bypass it too
             os.environ[NO_CACHE_ENV] = "1"
+        if as_json and getattr(args, "text_only", False):
+            return text_answer(args.command, args.handler, args)
         return args.handler(args)
     except BadInput as exc:
         print(f"{getattr(exc, 'prog', 'bench')}: {exc}", file=sys.stderr)
+        if as_json:  # the contract of docs/json.md: one object on stdout, exit 2
+            print(json.dumps(error_document(exc)), flush=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
@@ -110,8 +117,15 @@ def _log_warnings() -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse, with a mistake raised as one `OptionError` line instead of usage text and exit."""
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
+        # argparse drops a "--" value, so `--epochs=--` would set epochs to [] and crash later.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {action.option_strings[0]}: expected a value, got --")
+        return super()._get_values(action, arg_strings)
+
     def error(self, message: str) -> None:
         where = re.sub(r"^argument ([^:]+): ", r"\1: ", message)  # "argument --x: ..." -> "--x: ..."
+        where = re.sub(r"'([^']{57})[^']{4,}'", r"'\1...'", where)  # a 5,000-digit value is not repeated whole
         problem = OptionError(f"{where} (see {self.prog} --help)")
         problem.prog = self.prog
         raise problem
@@ -126,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
         group.register(commands)
     for sub, help_line in subcommand_parsers(parser):
         _describe(sub, help_line)
+        sub.set_defaults(command=sub.prog.removeprefix("bench "))
     return parser
 
 

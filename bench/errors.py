@@ -7,6 +7,9 @@ that runs out of memory) are rows, never these.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 
 class BadInput(Exception):
     """Input the user can fix. The message is one line: where, what is wrong, what is allowed."""
@@ -46,3 +49,42 @@ class MissingExtra(BadInput):
     @classmethod
     def of(cls, module: str, extra: str, needed_by: str) -> MissingExtra:
         return cls(f"{needed_by} needs {module}, which is not installed: pip install 'bench[{extra}]'")
+
+
+class ModelRefused(BadInput):
+    """A model that cannot take the synthetic step at the input tried (a size below a ViT's patch, a
+    model that is not a classifier)."""
+
+    file = None
+    key = "MODEL"
+
+
+STEP_ERRORS = (RuntimeError, ValueError, TypeError, AssertionError, IndexError, KeyError, NotImplementedError)
+"""What building a model or tracing its step raises when the model refuses the input (torch, timm)."""
+
+
+@contextlib.contextmanager
+def refused_step(model: str, tried: str) -> Iterator[None]:
+    """Turn a model's refusal of the synthetic step into one `ModelRefused` line naming the model, the input
+    tried and the exception, where the estimator or the throughput model traces it.
+
+    >>> with refused_step("vit_tiny_patch16_224", "8 px, micro-batch 1"):
+    ...     raise RuntimeError("Kernel size can't be greater than actual input size\\nmore")
+    Traceback (most recent call last):
+    ...
+    bench.errors.ModelRefused: vit_tiny_patch16_224: cannot take the synthetic step on 8 px, micro-batch 1 \
+(RuntimeError: Kernel size can't be greater than actual input size)
+    """
+    try:
+        yield
+    except BadInput:
+        raise
+    except STEP_ERRORS as exc:
+        raise step_refusal(model, tried, exc) from None
+
+
+def step_refusal(model: str, tried: str, exc: BaseException) -> ModelRefused:
+    """The one line of `refused_step`: the model, the input tried, the exception's type and first line."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    first = first if len(first) <= 200 else first[:197] + "..."
+    return ModelRefused(f"{model}: cannot take the synthetic step on {tried} ({type(exc).__name__}: {first})")

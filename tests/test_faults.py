@@ -476,6 +476,47 @@ def test_a_stale_lock_of_a_dead_runner_is_taken_over(tmp_path, capsys):
     assert f"pid {dead}" in capsys.readouterr().err
 
 
+def test_the_lock_file_is_gone_when_the_runner_ends_however_it_ends(tmp_path):
+    with runner_lock(tmp_path):
+        assert (tmp_path / LOCK_NAME).exists()
+    assert not (tmp_path / LOCK_NAME).exists()
+    with pytest.raises(RuntimeError), runner_lock(tmp_path):
+        raise RuntimeError("a cell went wrong")
+    assert list(tmp_path.iterdir()) == []  # a committed results folder is left as it was
+
+
+def test_a_runner_queued_on_a_removed_lock_file_locks_the_new_one(tmp_path):
+    """The first runner removes the file it locked; the one waiting on it must not hold a lock nobody sees."""
+    import threading
+
+    held, second_holds, release = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with runner_lock(tmp_path):
+            held.set()
+            time.sleep(0.3)
+
+    def second() -> None:
+        with runner_lock(tmp_path, wait=True):
+            second_holds.set()
+            release.wait(5)
+
+    one = threading.Thread(target=first)
+    one.start()
+    held.wait()
+    two = threading.Thread(target=second)
+    two.start()
+    assert second_holds.wait(5)
+    try:
+        with pytest.raises(ResultsFileError, match="another `bench run`"), runner_lock(tmp_path):
+            pass
+    finally:
+        release.set()
+        one.join()
+        two.join()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
 # --- kills and signals ------------------------------------------------------------------------------
 
 def _command(results: Path) -> list[str]:

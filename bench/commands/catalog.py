@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from datetime import date
+from datetime import date, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from bench.cost.catalog import (
     stale_note,
     write_catalog,
 )
+from bench.commands.formats import add_format_option, emit, jsonable
 from bench.errors import OptionError
 
 SOURCE_CHARS = 60
@@ -50,6 +51,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     catalog.add_argument("--full", action="store_true",
                          help=f"print every source whole (default: its first {SOURCE_CHARS} characters)")
     _add_today(catalog)
+    add_format_option(catalog)
 
     actions = catalog.add_subparsers(metavar="ACTION", dest="action")
     load = actions.add_parser(
@@ -78,6 +80,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                            "FILE); an existing file is only replaced when it is the catalog merged into")
     load.add_argument("--dry-run", action="store_true", help="print what the import finds; write nothing")
     _add_today(load, default=argparse.SUPPRESS)  # so that `bench catalog --today D import ...` keeps D
+    add_format_option(load, text_only=True, default=argparse.SUPPRESS)
 
 
 def _add_today(parser: argparse.ArgumentParser, default: object = None) -> None:
@@ -87,9 +90,12 @@ def _add_today(parser: argparse.ArgumentParser, default: object = None) -> None:
 
 def _day(text: str) -> date:
     try:
-        return date.fromisoformat(text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else _bad_day(text)
+        day = date.fromisoformat(text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else _bad_day(text)
     except ValueError:
         return _bad_day(text)
+    if day > date.today() + timedelta(days=1):  # a day ahead: UTC against the zone the user typed it in
+        raise argparse.ArgumentTypeError(f"{text} is in the future; prices are judged as of a day that has come")
+    return day
 
 
 def _bad_day(text: str) -> date:
@@ -100,6 +106,9 @@ def _bad_day(text: str) -> date:
 
 def list_catalog(args: argparse.Namespace) -> int:
     today = args.today or date.today()
+    if args.format == "json":
+        emit("catalog", catalog_document(args, today))
+        return 0
     if not args.instances:
         print(gpu_table(args.full))
     if not args.gpus:
@@ -107,6 +116,22 @@ def list_catalog(args: argparse.Namespace) -> int:
             print()
         print(instance_table(load_catalog(args.catalog), today, args.include_superseded, args.full))
     return 0
+
+
+def catalog_document(args: argparse.Namespace, today: date) -> dict:
+    """`bench catalog --format json`: the GPU rows and the instance rows shown, each price's STALE flag."""
+    from bench.measure.hardware import gpu_keys, gpu_spec
+
+    body: dict = {"today": today}
+    if not args.instances:
+        body["gpus"] = [gpu_spec(key) for key in gpu_keys()]
+    if not args.gpus:
+        catalog = load_catalog(args.catalog)
+        shown = catalog.select(include_superseded=args.include_superseded)
+        old = set(stale([i for i in shown if i.current], today))
+        body["instances"] = {"file": catalog.path, "rows": len(catalog.instances),
+                             "shown": [{**jsonable(i.model_dump()), "stale": i in old} for i in shown]}
+    return body
 
 
 def gpu_table(full: bool = False) -> str:

@@ -1,5 +1,5 @@
 """`bench claims`: the claims table from the rows under the results root, in a folder named for
-the device(s) whose rows it reads."""
+the device(s) whose rows it reads. With `--format json` it answers and writes nothing: a JSON answer is a read."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from bench.errors import ResultsFileError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    claims = commands.add_parser("claims", help="the seed articles' claims against the measured rows -> CLAIMS.md")
+    claims = commands.add_parser("claims", help="the seed articles' claims against the measured rows -> CLAIMS.md "
+                                                "(--format json: the answer only, nothing written)")
     claims.set_defaults(handler=run_claims)
     claims.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
     add_format_option(claims)
@@ -40,10 +41,12 @@ def run_claims(args: argparse.Namespace) -> int:
         for claim in CLAIMS:
             step.advance(claim.id)
             findings.append(evaluate(claim, args.results))
-        written = write_claims(findings, args.results / "claims" / table_folder(findings))
         counts = Counter(finding.verdict for finding in findings)
         step.say(", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items())))
-        step.say(f"wrote {', '.join(str(path) for path in written)}")
+        out = args.results / "claims" / table_folder(findings)
+        written = [] if args.format == "json" else write_claims(findings, out)
+        if written:
+            step.say(f"wrote {', '.join(str(path) for path in written)}")
     if args.format == "json":
         emit("claims", claims_document(findings, written))
     return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from bench.errors import ResultsFileError
 
@@ -15,11 +17,21 @@ def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", he
                         help=help or "auto: CUDA if present, else the CPU profile")
 
 
+MAX_NUMBER = 1e12
+"""Largest number any option takes: past it a figure means nothing here (1e12 epochs, GiB or dollars) and
+sums with it lose their digits; each option's help says what is sensible."""
+
+
 def finite(text: str) -> float:
-    """A number, NaN and infinities refused (`--epochs nan` would price a run at NaN dollars)."""
+    """A number, NaN, infinities, subnormals and magnitudes over `MAX_NUMBER` refused (`--epochs nan` would price
+    a run at NaN dollars, `--epochs 1e308` at infinitely many)."""
     value = float(text)
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    if abs(value) > MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_NUMBER:g} in size, got {text}")
+    if value != 0 and abs(value) < sys.float_info.min:
+        raise argparse.ArgumentTypeError(f"is too small to compute with (a subnormal number), got {text}")
     return value
 
 
@@ -34,6 +46,8 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
+    if value > MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_NUMBER:g}, got {text}")
     return value
 
 
@@ -49,6 +63,27 @@ def non_negative(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
+
+
+def axis_value(name: str):
+    """An argparse type for axis `name`: a whole number within its bounds, or text matching its pattern."""
+    from bench.grid.cell import axes, field_types
+
+    spec = axes()[name]
+
+    def parse(text: str) -> Any:
+        if field_types()[name] is int:
+            value = positive_int(text)
+            if spec.minimum is not None and value < spec.minimum:
+                raise argparse.ArgumentTypeError(f"must be >= {spec.minimum}, got {text}")
+            if spec.maximum is not None and value > spec.maximum:
+                raise argparse.ArgumentTypeError(f"must be <= {spec.maximum}, got {text}")
+            return value
+        if spec.pattern and not re.fullmatch(spec.pattern, text):
+            raise argparse.ArgumentTypeError(f"{text!r} must match {spec.pattern}")
+        return text
+    parse.__name__ = name  # argparse names the type in its error
+    return parse
 
 
 def positive_int_list(text: str) -> list[int]:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from bench.commands.common import positive_int
+from bench.commands.formats import add_format_option
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -14,6 +15,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     make = actions.add_parser("make", help="generate the ImageNet-like set once (reused after) and print its figures "
                                            "against ImageNet's")
     make.set_defaults(handler=make_set)
+    add_format_option(make, text_only=True)
     make.add_argument("--images", type=positive_int, help="files in the set (default 1024)")
     make.add_argument("--classes", type=positive_int, help="class folders, at most 1000 (default 128)")
     make.add_argument("--seed", type=int, help="seed of the drawing (default 0)")

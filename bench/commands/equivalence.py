@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import get_args
 
 from bench.commands.common import add_device_option, positive_int, positive_int_list
+from bench.commands.formats import add_format_option
 from bench.errors import OptionError
 from bench.grid.cell import OptimizerName
 from bench.measure.device import detect_device
@@ -18,6 +19,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     equivalence = commands.add_parser(
         "equivalence", help="one step: K accumulated micro-batches against one large batch (--study: every variant)")
     equivalence.set_defaults(handler=run_equivalence)
+    add_format_option(equivalence, text_only=True)
     equivalence.add_argument("models", nargs="*", metavar="MODEL",
                              help=f"timm model name(s), random init (--study default: {', '.join(STUDY_MODELS)})")
     equivalence.add_argument("--study", action="store_true",

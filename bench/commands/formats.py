@@ -2,7 +2,9 @@
 
 In JSON mode the document is the only thing on stdout: whatever else the command, a library or a
 child process writes to stdout while it works goes to stderr instead (at the file-descriptor level,
-so a forked trial's prints are caught too).
+so a forked trial's prints are caught too). Every command takes the option: a command without a
+document of its own answers with its text lines in one (`text_answer`). Bad input in JSON mode is one
+object on stdout, `{"error", "file", "key"}` (`error_document`), and exit 2.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import contextlib
 import dataclasses
 import json
 import math
+import io
 import os
+import re
 import sys
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 SCHEMA_VERSION = 1
 """Raised when a document's keys change meaning or go away (new keys may appear without it)."""
@@ -25,10 +29,63 @@ INTERACTIVE = sys.stdout.isatty() and sys.stderr.isatty()
 """Progress bars only on a terminal: read once, before any redirection, so piped output stays quiet."""
 
 
-def add_format_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=("text", "json"), default="text",
+def add_format_option(parser: argparse.ArgumentParser, *, text_only: bool = False, default: object = "text") -> None:
+    """`--format`; `text_only`: the command prints text, which JSON mode wraps in a document (`text_answer`)."""
+    parser.add_argument("--format", choices=("text", "json"), default=default,
                         help="text (default) or json: one JSON document on stdout and nothing else "
-                             "(schema: docs/json.md)")
+                             "(schema: docs/json.md)" + ("; the text answer's lines as `output`" if text_only else ""))
+    if text_only:
+        parser.set_defaults(text_only=True)
+
+
+def wants_json(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON: known before parsing, so a parse error answers in JSON too.
+
+    >>> wants_json(["catalog", "--format", "json"]), wants_json(["list", "--format=json"]), wants_json(["list"])
+    (True, True, False)
+    """
+    return any(arg == "--format=json" or (arg == "--format" and following == "json")
+               for arg, following in zip(argv, [*argv[1:], ""]))
+
+
+def text_answer(command: str, handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a text-only command and emit what it printed as one document: `exit_code` and `output` (its lines)."""
+    printed = io.StringIO()
+    with answer_only(True), contextlib.redirect_stdout(printed):
+        code = handler(args)
+    emit(command, {"exit_code": code, "output": printed.getvalue().splitlines()})
+    return code
+
+
+_WHERE = re.compile(r"^(?P<first>[^:\s][^:]*?): (?:(?P<second>[\w.\[\]-]+|line \d+(?:, column [\w.-]+)?"
+                    r"|row \d+(?:, column [\w.-]+)?): )?")
+
+
+def error_document(exc: Exception) -> dict[str, Any]:
+    """Bad input as JSON: the one-line message, and the file and key it names (None where it names none).
+
+    An exception may say them (`file`, `key` attributes); otherwise an option's message starts with the option
+    (and its value: `--catalog FILE: ...`), a file's with the file and then its key, line or row.
+
+    >>> from bench.errors import OptionError, ResultsFileError
+    >>> error_document(ResultsFileError("runs.csv: line 3, column status: 'x' is not ok"))
+    {'error': "runs.csv: line 3, column status: 'x' is not ok", 'file': 'runs.csv', 'key': 'line 3, column status'}
+    >>> error_document(OptionError("--catalog my.csv: no such file"))
+    {'error': '--catalog my.csv: no such file', 'file': 'my.csv', 'key': '--catalog'}
+    """
+    from bench.errors import OptionError
+
+    message = str(exc)
+    if hasattr(exc, "key"):
+        return {"error": message, "file": getattr(exc, "file", None), "key": exc.key}
+    found = _WHERE.match(message)
+    file = key = None
+    if found and isinstance(exc, OptionError):
+        key, _, value = found["first"].partition(" ")
+        file = value if value and ("/" in value or "." in value) else None
+    elif found and " " not in found["first"]:
+        file, key = found["first"], found["second"]
+    return {"error": message, "file": file, "key": key}
 
 
 def jsonable(value: Any) -> Any:

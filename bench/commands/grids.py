@@ -23,6 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     run = commands.add_parser("run", help="measure every cell of grid files, one process per cell")
     run.set_defaults(handler=run_grids)
+    add_format_option(run, text_only=True)
     run.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
     run.add_argument("--force", action="store_true", help="re-measure cells that already have rows")
     run.add_argument("--retry-failed", action="store_true", help="re-measure cells whose row is error/timeout")

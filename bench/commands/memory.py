@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
-from typing import Any
 
-from bench.commands.common import add_cache_option, add_device_option, non_negative, positive, positive_int
+from bench.commands.common import (
+    add_cache_option,
+    add_device_option,
+    axis_value,
+    non_negative,
+    positive,
+    positive_int,
+)
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
-from bench.errors import OptionError
-from bench.grid.cell import axes, choices, field_docs, field_types, probe_options
+from bench.errors import OptionError, refused_step
+from bench.grid.cell import choices, field_docs, field_types, probe_options
 from bench.grid.spec import load_grid, timm_model_problem
 from bench.memory.fit import DEFAULT_HEADROOM
 
@@ -56,24 +61,7 @@ def _add_axis_options(probe: argparse.ArgumentParser) -> None:
         elif choices(name):
             probe.add_argument(flag, choices=choices(name), default=default, help=f"{doc} (default {default})")
         else:
-            probe.add_argument(flag, type=_axis_value(name), default=default, help=f"{doc} (default {default})")
-
-
-def _axis_value(name: str):
-    """An argparse type for axis `name`: a whole number within its minimum, or text matching its pattern."""
-    spec = axes()[name]
-
-    def parse(text: str) -> Any:
-        if field_types()[name] is int:
-            value = positive_int(text)
-            if spec.minimum is not None and value < spec.minimum:
-                raise argparse.ArgumentTypeError(f"must be >= {spec.minimum}, got {text}")
-            return value
-        if spec.pattern and not re.fullmatch(spec.pattern, text):
-            raise argparse.ArgumentTypeError(f"{text!r} must match {spec.pattern}")
-        return text
-    parse.__name__ = name  # argparse names the type in its error
-    return parse
+            probe.add_argument(flag, type=axis_value(name), default=default, help=f"{doc} (default {default})")
 
 
 def estimate_grids(args: argparse.Namespace) -> int:
@@ -96,9 +84,13 @@ def estimate_grids(args: argparse.Namespace) -> int:
                 step.say(f"  [{index + 1}/{total}] {describe_estimate(row)}")
                 step.advance(f"{grid.name} {index + 1}/{total}")
 
-            path = estimate_grid(grid, args.results, on_row=on_row)
-            chart = write_estimate_chart(path.parent)
-            step.say(f"  wrote {path} and {chart}")
+            path = estimate_grid(grid, args.results, on_row=on_row)  # a cell the model refuses is an error row
+            if any(row["status"] == "estimated" for row in rows):
+                chart = write_estimate_chart(path.parent)
+                step.say(f"  wrote {path} and {chart}")
+            else:  # nothing to draw: every cell's error is on its line above
+                chart = None
+                step.say(f"  wrote {path}; no cell could be estimated, so no chart")
             answers.append({"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": path,
                             "chart": chart, "rows": rows})
     if args.format == "json":
@@ -133,7 +125,7 @@ def probe_model(args: argparse.Namespace) -> int:
     results = []
     for budget in budgets:
         print(f"probe: {config.describe()}; budget {budget.source}", file=sys.stderr, flush=True)
-        with answer_only(args.format == "json"):
+        with answer_only(args.format == "json"), refused_step(args.model, config.describe()):
             results.append(probe_from_estimate(config, budget, on_trial=show, peaks=peaks)
                            if budget.device is None else
                            probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))

@@ -5,12 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.commands.common import add_cache_option, fraction, non_negative, positive, positive_int, require_folders
+from bench.commands.common import (
+    add_cache_option,
+    axis_value,
+    fraction,
+    non_negative,
+    positive,
+    positive_int,
+    require_folders,
+)
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
 from bench.cost.price import Assumptions, Workload, price_rows
-from bench.errors import OptionError
+from bench.errors import OptionError, refused_step
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -21,7 +29,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.set_defaults(handler=plan_run)
     plan.add_argument("--model", help="timm model name, as in the rows (or give it first: bench plan MODEL ...)")
     plan.add_argument("--effective-batch", type=positive_int, required=True, help="samples per optimizer step, all GPUs")
-    plan.add_argument("--image-size", type=positive_int, help="only rows at this image size")
+    plan.add_argument("--image-size", type=axis_value("image_size"), help="only rows at this image size")
     plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
     plan.add_argument("--deadline-hours", type=positive, help="leave out options taking longer per run")
     plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")
@@ -148,11 +156,11 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
 
 
 def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
-    from bench.measure.hardware import gpu_keys
+    from bench.measure.hardware import gpu_key_hint, gpu_keys
 
     unknown = [gpu for gpu in gpus if gpu not in gpu_keys()]
     if unknown:
-        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; known: {', '.join(gpu_keys())}")
+        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; {gpu_key_hint(unknown[0])}")
     return tuple(i for i in instances if not gpus or i.gpu in gpus)
 
 
@@ -179,7 +187,8 @@ def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, insta
                                 checkpointing=tuple(args.checkpointing) or ("off",), optimizer=args.optimizer,
                                 headroom=args.headroom)
     progress = Progress()
-    rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)
+    with refused_step(model, f"{image_size} px"):
+        rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)
     refused = "; ".join(f"{count} {why}" for why, count in progress.refused.items())
     print(f"  predicted {len(rows)} options on {len(gpus)} GPUs in {time.monotonic() - began:.1f} s"
           + (f" (not predicted: {refused})" if refused else ""))
@@ -193,7 +202,12 @@ def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
     providers = tuple(args.provider)
     unknown = [name for name in providers if name not in catalog.providers]
     if unknown:
-        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; known: {', '.join(catalog.providers)}")
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0].lower(), catalog.providers, n=2)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; {hint}known: "
+                          f"{', '.join(catalog.providers)}")
     which = "current and superseded prices" if args.include_superseded else "current prices"
     only = f", {', '.join(providers)} only" if providers else ""
     return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,

@@ -6,12 +6,14 @@ import argparse
 from pathlib import Path
 
 from bench.commands.common import add_device_option
+from bench.commands.formats import add_format_option
 from bench.measure.device import detect_device
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     peak = commands.add_parser("peak", help="the peak FLOP/s MFU divides by here (a CPU's is measured once, stored)")
     peak.set_defaults(handler=show_peaks)
+    add_format_option(peak, text_only=True)
     peak.add_argument("--results", type=Path, default=Path("results"),
                       help="results root; a CPU's peaks live in <root>/peaks/<device-tag>/ (default: results)")
     peak.add_argument("--measure", action="store_true",

@@ -6,12 +6,14 @@ import argparse
 from pathlib import Path
 
 from bench.commands.common import require_folders
+from bench.commands.formats import add_format_option
 from bench.errors import ResultsFileError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser("report", help="regenerate charts and REPORT.md from results folders")
     report.set_defaults(handler=build_reports)
+    add_format_option(report, text_only=True)
     report.add_argument("folders", nargs="+", type=Path, metavar="FOLDER",
                         help="results/<experiment>/<device-tag> (holding runs.csv), an estimate folder "
                              "(results/<experiment>/estimate: its chart) or an equivalence study's folder")

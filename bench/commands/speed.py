@@ -7,7 +7,8 @@ import csv
 import io
 from pathlib import Path
 
-from bench.errors import OptionError
+from bench.commands.formats import add_format_option
+from bench.errors import OptionError, refused_step
 from bench.grid.spec import load_grid
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -17,6 +18,7 @@ VALIDATION_DIR = Path("docs/speed")
 def register(commands: argparse._SubParsersAction) -> None:
     predict = commands.add_parser("predict", help="predicted samples/s of every cell on catalog GPUs, no GPU needed")
     predict.set_defaults(handler=predict_command)
+    add_format_option(predict, text_only=True)
     predict.add_argument("files", nargs="*", type=Path, metavar="FILE", help="grid file (TOML); its CUDA grid")
     predict.add_argument("--gpu", action="append", default=[], metavar="KEY",
                          help="catalog GPU key (bench/data/gpus.csv; repeatable; default: every GPU)")
@@ -53,11 +55,11 @@ def predict_command(args: argparse.Namespace) -> int:
 
 
 def _gpus(keys: list[str]) -> tuple[str, ...] | None:
-    from bench.measure.hardware import gpu_keys
+    from bench.measure.hardware import gpu_key_hint, gpu_keys
 
     unknown = [key for key in keys if key not in gpu_keys()]
     if unknown:
-        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; known: {', '.join(gpu_keys())}")
+        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; {gpu_key_hint(unknown[0])}")
     return tuple(keys) or None
 
 
@@ -71,7 +73,9 @@ def _predict(args: argparse.Namespace) -> int:
     model = load_model_file()
     for grid in grids:
         print(f"{grid.name}: {len(grid.cells)} cells x {len(gpus) if gpus else 'every'} GPU, {model.basis()}")
-        path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
+        sizes = ", ".join(sorted({f"{cell.model} at {cell.image_size} px" for cell in grid.cells}))
+        with refused_step(grid.name, f"a cell of {grid.path} ({sizes})"):
+            path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
         table = accumulation_loss(records(read_runs(path, PREDICTED_COLUMNS)))
         written = path.parent / "accumulation.csv"
         _write_csv(table, written)

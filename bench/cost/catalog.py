@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from bench.errors import CatalogError
-from bench.measure.hardware import GpuSpec, gpu_keys, gpu_spec
+from bench.measure.hardware import GpuSpec, gpu_key_hint, gpu_spec
 
 # The header a catalog file must have. Units are in the names.
 COLUMNS: dict[str, str] = {
@@ -81,7 +81,7 @@ class Instance(BaseModel):
     @classmethod
     def _known_gpu(cls, gpu: str) -> str:
         if gpu_spec(gpu) is None:
-            raise ValueError(f"not in the GPU catalog (bench/data/gpus.csv); known: {', '.join(gpu_keys())}")
+            raise ValueError(f"not in the GPU catalog (bench/data/gpus.csv); {gpu_key_hint(gpu)}")
         return gpu
 
     @field_validator("gpu_memory_gb")
@@ -164,9 +164,12 @@ def load_catalog(path: Path | None = None) -> Catalog:
     else:
         name = str(path)
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_bytes().decode("utf-8-sig")  # a spreadsheet's BOM is not part of the header
         except OSError as exc:
             raise CatalogError(f"{name}: cannot read the instance catalog ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            line = Path(path).read_bytes()[:exc.start].count(b"\n") + 1
+            raise CatalogError(f"{name}: line {line}: not UTF-8 text; an instance catalog is a UTF-8 CSV") from None
     return Catalog(name, _parse(name, text))
 
 

@@ -18,8 +18,14 @@ from typing import Any, Literal
 
 Precision = Literal["fp32", "bf16", "fp16", "tf32"]
 Attention = Literal["sdpa", "eager"]
-CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]*)$"
-"""Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks)."""
+MAX_CHECKPOINT_BLOCKS = 999
+"""Largest N of `last-<N>`: more blocks than any timm model has (the run checks the model's own count)."""
+CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]{0,2})$"
+"""Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks, N <= 999)."""
+MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$"
+"""A timm model name (a pretrained tag after the dot allowed): the characters a cell id may hold, at most 100."""
+CELL_ID_MAX_CHARS = 512
+"""Longest cell id: the longest model name with every axis at its longest value makes about 380 characters."""
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
 Profile = Literal["cuda", "cpu"]
 DdpSync = Literal["no_sync", "every_step"]
@@ -85,7 +91,7 @@ class Cell:
 
     experiment: str = described("grid name (experiment.name)")
     profile: Profile = described("cuda (the grid as written) or cpu (its CPU profile)")
-    model: str = axis("timm model name, random init")
+    model: str = axis("timm model name, random init", pattern=MODEL_PATTERN)
     image_size: int = axis("square input side, pixels (at most 4096)", minimum=1, maximum=4096)
     micro_batch: int = described("samples per forward/backward")
     accum_steps: int = described("micro-batches per optimizer step (K)")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +53,7 @@ from pydantic.functional_validators import AfterValidator
 
 from bench.errors import GridFileError
 from bench.grid.cell import (
+    MODEL_PATTERN,
     REQUIRED,
     Cell,
     Profile,
@@ -421,6 +423,8 @@ def timm_model_problem(name: str) -> str | None:
         >>> timm_model_problem("resnet-50")
         "'resnet-50' is not a timm model; did you mean resnet50, resnet50t, resnet50s?"
     """
+    if not re.fullmatch(MODEL_PATTERN, name):  # a name a cell id cannot hold is refused before timm is asked
+        return f"{_shown(name)} is not a model name; must match {MODEL_PATTERN}"
     names = timm_model_names()
     if name.split(".", 1)[0] in names:
         return None

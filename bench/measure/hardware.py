@@ -83,3 +83,23 @@ def _catalog() -> tuple[tuple[re.Pattern, GpuSpec], ...]:
                        bandwidth, row["memory_bandwidth_source"])
         rows.append((re.compile(row["name_pattern"]), spec))
     return tuple(rows)
+
+
+def gpu_key_hint(name: str) -> str:
+    """For a GPU name the catalog does not know: the keys it may have meant, else every key.
+
+    Keys that start with the name come first (`A100` -> the A100s), then close spellings.
+
+    >>> gpu_key_hint("A100")
+    'did you mean A100-40GB, A100-80GB, A100-80GB-PCIe?'
+    >>> gpu_key_hint("h100-80gb")
+    'did you mean H100-80GB?'
+    """
+    import difflib
+
+    keys = gpu_keys()
+    folded = name.strip().lower()
+    close = [key for key in keys if key.lower().startswith(folded)] if folded else []
+    close = close or [key for key in keys if key.lower() == folded] or [
+        key for key in keys if key.lower() in difflib.get_close_matches(folded, [k.lower() for k in keys], n=3)]
+    return f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(keys)}"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bench.errors import OptionError
 from bench.isolation import call_in_child
 from bench.measure.device import DeviceChoice, DeviceInfo, detect_device
-from bench.measure.hardware import gpu_keys, gpu_spec
+from bench.measure.hardware import gpu_key_hint, gpu_spec
 from bench.memory.fit import DEFAULT_HEADROOM
 from bench.units import GIB
 
@@ -34,7 +34,7 @@ def probe_budget(*, gpu: str | None, memory_gib: float | None, memory_limit_gib:
     if gpu is not None:
         spec = gpu_spec(gpu)
         if spec is None:
-            raise OptionError(f"--gpu: {gpu!r} is not in the GPU catalog; known: {', '.join(gpu_keys())}")
+            raise OptionError(f"--gpu: {gpu!r} is not in the GPU catalog; {gpu_key_hint(gpu)}")
         return Budget(spec.memory_gib * GIB, f"{gpu} ({spec.memory_gib:g} GiB)", headroom)
     if memory_gib is not None:
         return Budget(memory_gib * GIB, f"--memory-gib {memory_gib:g}", headroom)

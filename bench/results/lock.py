@@ -1,4 +1,5 @@
-"""One runner per results folder: an advisory lock (`fcntl.flock`) on `<results>/.bench-run.lock`.
+"""One runner per results folder: an advisory lock (`fcntl.flock`) on `<results>/.bench-run.lock`, which
+exists only while a runner holds it (it is removed on exit, so nothing is left to commit by mistake).
 
 Two runners on one folder would measure on the same cores (each contaminating the other's
 timings) and race on the runs files. The lock file names its holder (pid, host, start time), so a
@@ -31,36 +32,57 @@ class FolderLocked(ResultsFileError):
 @contextlib.contextmanager
 def runner_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
     """Hold the results root's lock for the block; `FolderLocked` naming the holder when another runner
-    has it, unless `wait` (then block until it is free)."""
+    has it, unless `wait` (then block until it is free). The lock file is removed when the block ends,
+    so a committed results folder is left as it was."""
     path = Path(root) / LOCK_NAME
-    try:
-        Path(root).mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ResultsFileError(f"{root}: cannot be used as the results folder ({exc.strerror or exc})") from None
-    held = False
-    try:
-        previous = _holder(fd)
+    while True:
+        fd = _open(root, path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not wait:
-                raise FolderLocked(f"{root}: another `bench run` is using this results folder ({_describe(previous)}); "
-                                   "wait for it, pass --wait to queue behind it, or use another --results") from None
-            print(f"waiting for the runner using {root} ({_describe(previous)})", file=sys.stderr)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        else:
-            if previous.get("pid") and not _alive(previous["pid"], previous.get("host")):
-                print(f"note: {path}: taking over the lock of a runner that is gone ({_describe(previous)})",
-                      file=sys.stderr)
-        held = True
+            previous = _holder(fd)
+            _lock(fd, root, previous, wait)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):
+            break
+        os.close(fd)  # its holder removed the file before we locked it: lock the one there now
+    try:
+        if previous.get("pid") and not _alive(previous["pid"], previous.get("host")):
+            print(f"note: {path}: taking over the lock of a runner that is gone ({_describe(previous)})",
+                  file=sys.stderr)
         _claim(fd)
         yield
     finally:
-        if held:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still locked: a runner waiting on this file sees it gone and retries
         os.close(fd)  # closing releases the lock
+
+
+def _open(root: Path, path: Path) -> int:
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ResultsFileError(f"{root}: cannot be used as the results folder ({exc.strerror or exc})") from None
+
+
+def _lock(fd: int, root: Path, previous: dict, wait: bool) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if not wait:
+            raise FolderLocked(f"{root}: another `bench run` is using this results folder ({_describe(previous)}); "
+                               "wait for it, pass --wait to queue behind it, or use another --results") from None
+        print(f"waiting for the runner using {root} ({_describe(previous)})", file=sys.stderr)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file `fd` locked (a finished runner removes it)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 def _holder(fd: int) -> dict:

@@ -27,14 +27,17 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import ResultsFileError
-from bench.grid.cell import extra_axis_defaults
+from bench.grid.cell import CELL_ID_MAX_CHARS, extra_axis_defaults
 from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, STATUSES, Column
 
 _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "str", "json": "str"}
-CELL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}$")
+CELL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{CELL_ID_MAX_CHARS - 1}}}$")
 """What a cell id looks like: `resnet50-32px-16x1-fp32-ckpt_off-adamw-cl-3474e652`."""
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 SET_ASIDE_HINT = "move that line into a side file (e.g. runs.csv.bad) to keep the other rows"
+MAX_RUNS_FILE_BYTES = 128 * 2**20
+"""Largest runs file read: a file past it is refused before it is read, so a reader's time and memory stay bounded
+(a grid of at most 10,000 cells at about 4 KiB a row makes some 40 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -55,12 +58,17 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
     """
     path = Path(path)
     try:
+        size = path.stat().st_size if path.exists() else 0
+        if size > MAX_RUNS_FILE_BYTES:
+            raise ResultsFileError(f"{path}: {size / 2**20:,.0f} MiB is more than a runs file holds (at most "
+                                   f"{MAX_RUNS_FILE_BYTES // 2**20} MiB; the largest grid, 10,000 cells at about "
+                                   "4 KiB a row, makes some 40 MiB); move it aside")
         data = path.read_bytes() if path.exists() else b""
     except OSError as exc:
         raise ResultsFileError(f"{path}: cannot be read as a runs file ({exc.strerror or exc})") from None
     cut = data.rfind(b"\n") + 1
     try:
-        text = data[:cut].decode("utf-8")
+        text = data[:cut].decode("utf-8-sig")  # a BOM (a spreadsheet's "CSV UTF-8") is not part of the header
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise ResultsFileError(f"{path}: line {line}: not UTF-8 text; {SET_ASIDE_HINT}") from None
@@ -72,6 +80,8 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
             raise ResultsFileError(f"{path}: column {unknown[0]!r} is not in this version's schema; "
                                    "move the file aside to start afresh")
         filler = {name: cell_text(extra_axis_defaults().get(name)) for name in columns if name not in header}
+        key = [name for name in ("cell_id", "gpu") if name in header]  # a predictions file: a row per cell and GPU
+        seen: dict[tuple[str, ...], int] = {}
         rows = []
         for fields in reader:
             if not fields:  # a blank line holds nothing
@@ -82,6 +92,10 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
                                        f"{SET_ASIDE_HINT}")
             row = dict(zip(header, fields))
             check_row(row, columns, where)
+            name = tuple(row[column] for column in key)
+            if name in seen:  # the writer replaces a cell's row: two are an edit, and either could be counted
+                raise ResultsFileError(f"{where}: {' '.join(name)} repeats line {seen[name]}; {SET_ASIDE_HINT}")
+            seen[name] = reader.line_num
             rows.append({**filler, **row})
     except csv.Error as exc:
         raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); {SET_ASIDE_HINT}") from None
