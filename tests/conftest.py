@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401 - loaded before the tests: its first import runs ldconfig, a process the guard below refuses
 
 REPO = Path(__file__).resolve().parent.parent
 

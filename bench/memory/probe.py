@@ -227,37 +227,45 @@ SECANT_STEPS = 2
 is affine in the micro-batch only once activations set it (at small sizes the optimizer step may)."""
 
 
+_PEAKS = DiskCache("estimated-peaks", sources=ESTIMATOR_SOURCES)
+
+
+def estimated_peak_bytes(cell: Cell, target: Target, models: FakeModels | None = None) -> tuple[float, bool]:
+    """The estimator's peak of `cell` (predicted `max_memory_reserved` for a CUDA target, tracked tensors plus
+    inputs for a CPU one), and whether it was traced now (False: read from the disk cache).
+
+    From the second micro-batch on every micro-step holds the same tensors, so a cell of K > 2 is traced at K = 2
+    (the same peak) and shares its cache entry with every other K > 1.
+    """
+    cell = replace(cell, accum_steps=min(cell.accum_steps, 2))
+    key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": target}
+    stored = _PEAKS.get(key)
+    if isinstance(stored, (int, float)):
+        return float(stored), False
+    estimate = estimate_cell(cell, target, models or FakeModels())
+    peak = float(estimate.peak_reserved_bytes if target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes)
+    _PEAKS.put(key, peak)
+    return peak, True
+
+
 class EstimatedPeaks:
     """The estimator's peak of one configuration, by micro-batch: each size traced once per process and kept in
-    the disk cache (`bench.cache`), so a second GPU, a second `--headroom` or a second command reuses it.
-
-    The peak is `max_memory_reserved` predicted for a CUDA target, tracked tensors plus inputs for a CPU one.
+    the disk cache (`estimated_peak_bytes`), so a second GPU, a second `--headroom` or a second command reuses it.
     """
 
     def __init__(self, config: ProbeConfig, target: Target, models: FakeModels | None = None):
         self.config, self.target = config, target
         self.models = models
         self.peaks: dict[int, float] = {}
-        self.traced = self.cached = 0
-        self._store = DiskCache("estimated-peaks", sources=ESTIMATOR_SOURCES)
+        self.traced = 0
 
     def peak_bytes(self, micro_batch: int) -> float:
         if micro_batch not in self.peaks:
             profile: Profile = "cuda" if self.target == "cuda" else "cpu"
-            cell = self.config.cell(micro_batch, profile)
-            key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": self.target}
-            stored = self._store.get(key)
-            if isinstance(stored, (int, float)):
-                self.cached += 1
-                self.peaks[micro_batch] = float(stored)
-            else:
-                self.models = self.models or FakeModels()
-                estimate = estimate_cell(cell, self.target, self.models)
-                peak = estimate.peak_reserved_bytes if self.target == "cuda" else \
-                    estimate.peak_bytes + estimate.inputs_bytes
-                self.traced += 1
-                self.peaks[micro_batch] = float(peak)
-                self._store.put(key, self.peaks[micro_batch])
+            self.models = self.models or FakeModels()
+            peak, traced = estimated_peak_bytes(self.config.cell(micro_batch, profile), self.target, self.models)
+            self.peaks[micro_batch] = peak
+            self.traced += traced
         return self.peaks[micro_batch]
 
 
