@@ -41,12 +41,10 @@ class AutocastRefType(_RefType):
 
 
 class _Policy:
-    """The cast cache of one `cuda_autocast_policy` region, and the policies CUDA's kernels showed."""
+    """The cast cache of one `cuda_autocast_policy` region."""
 
     def __init__(self) -> None:
         self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.unprobed: set[str] = set()
-        """Ops whose CUDA kernel could not run on fake "cuda" twins: run uncast."""
 
     def cast(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if not _eligible(tensor) or tensor.dtype == dtype:
@@ -107,24 +105,35 @@ def _probe(op: torch._ops.OpOverload, args: tuple, kwargs: dict, dtype: torch.dt
 _EXCLUDE_CPU_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
 
+_UNPROBED: set[str] = set()
+"""Ops whose CUDA kernel could not run on fake "cuda" twins (warned once each): they run uncast."""
+
+
 def _kernel(policy: _Policy, op: torch._ops.OpOverload):
-    has_dtype_arg = any(argument.name == "dtype" for argument in op._schema.arguments)
+    names = [argument.name for argument in op._schema.arguments]
+    dtype_at = names.index("dtype") if "dtype" in names else None
 
     def cast_as_cuda(*args: Any, **kwargs: Any) -> Any:
         dtype = torch.get_autocast_dtype("cpu")
         with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE_CPU_AUTOCAST):
             try:
                 target = _probe(op, args, kwargs, dtype)
-            except Exception:  # noqa: BLE001 - a kernel fake "cuda" cannot run: counted, run uncast
-                policy.unprobed.add(op.name())
+            except Exception as exc:  # noqa: BLE001 - a kernel fake "cuda" cannot run: said once, run uncast
+                if op.name() not in _UNPROBED:
+                    _UNPROBED.add(op.name())
+                    warnings.warn(f"estimate: {op.name()} runs uncast (CUDA's autocast kernel failed on fake "
+                                  f"tensors: {type(exc).__name__})", stacklevel=2)
                 target = None
             if target is None:
                 return op(*args, **kwargs)
             inputs = [leaf for leaf in tree_flatten((args, kwargs))[0]
                       if isinstance(leaf, torch.Tensor) and _eligible(leaf)]
-            if (target == torch.float32 and has_dtype_arg and kwargs.get("dtype") is None
-                    and any(t.dtype in LOW_PRECISION for t in inputs)):
-                return op(*args, **{**kwargs, "dtype": torch.float32})  # fp32_set_opt_dtype
+            if target == torch.float32 and dtype_at is not None and any(t.dtype in LOW_PRECISION for t in inputs):
+                # fp32_set_opt_dtype: CUDA passes dtype=float32 where none was given, casting no input
+                if dtype_at < len(args) and args[dtype_at] is None:
+                    return op(*args[:dtype_at], torch.float32, *args[dtype_at + 1:], **kwargs)
+                if dtype_at >= len(args) and kwargs.get("dtype") is None:
+                    return op(*args, **{**kwargs, "dtype": torch.float32})
             args, kwargs = tree_map_only(torch.Tensor, lambda t: policy.cast(t, target), (args, kwargs))
             return op(*args, **kwargs)
 
