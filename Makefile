@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead bench-latency charts equivalence cost estimate estimate-speed predict predict-speed predict-fit predict-validate claims clean
+.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead bench-latency charts equivalence cost estimate estimate-speed estimate-validate predict predict-speed predict-fit predict-validate claims clean
 
 install: $(STAMP)
 
@@ -75,6 +75,12 @@ cost: install
 # -> results/<experiment>/estimate/{runs.csv,memory_estimate.png}.
 estimate: install
 	$(BIN)/bench estimate experiments/resnet50.toml experiments/vit_b16.toml experiments/vit_l16.toml
+
+# The estimator against timm's RTX 3090 AMP training benchmark (fit/OOM per row, docs/estimator.md)
+# -> results/estimate_validation/{rtx3090_amp.csv,SUMMARY.md}. Resumable: rows already there are kept;
+# LIMIT_S bounds one sitting (every row: about 3 CPU-hours on 2 cores).
+estimate-validate: install
+	nice -n 10 $(BIN)/python scripts/estimate_validate.py $(if $(LIMIT_S),--limit-s $(LIMIT_S))
 
 # Seconds per estimated cell: ViT-L/16 at micro-batch 32 (target <= 10 s on 2 cores).
 estimate-speed: install

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pandas as pd
+import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from bench.claims.claim import (
     ANY,
@@ -33,6 +36,7 @@ from bench.claims.verdict import Check, outcome_in_range, range_check, value_che
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import gpu_spec
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
+from bench.train.models import build_model
 from bench.units import GIB
 
 claims = ClaimList(article="000")
@@ -158,12 +162,16 @@ def detach_fix(rows: Rows) -> list[Check]:
     quote="Memory savings: ~60-70% activation memory reduction for transformers.",
     experiment="claims_checkpointing",
     sources=RATIO,
-    method="Activations saved by the first forward, ViT, full checkpointing (timm) against none.",
+    method=("Activations saved by the first forward, ViT, full checkpointing against none. The checkpointing tested "
+        "is timm's (`set_grad_checkpointing`): each whole block is one checkpoint, keeping only its input; the "
+        "article's code checkpoints attention and MLP separately (two checkpoints per block, keeping both "
+        "residual inputs and the norm's output), so it saves somewhat less than timm's. A figure outside the "
+        "stated 60-70 % (with 5 points either side) is not the claim holding, whichever side it falls on."),
 )
 def vit_checkpointing_memory(rows: Rows) -> list[Check]:
     reduction = _checkpoint_reduction(rows, "full")
-    return [Check("activation memory cut 60-70 % (55 to 75 %; a larger cut exceeds the claim)",
-                  f"{pct(reduction)} less saved activations", outcome_in_range(reduction, 0.55, 0.75, favourable="higher"))]
+    return [Check("activation memory cut 60-70 % (55 to 75 %), timm's whole-block checkpointing",
+                  f"{pct(reduction)} less saved activations", outcome_in_range(reduction, 0.55, 0.75))]
 
 
 @claims.add(
@@ -404,7 +412,7 @@ def vit_b_faster(rows: Rows) -> list[Check]:
 def _flop_ratio(large: str, small: str) -> str:
     ratio = flops_per_sample(large, 224, "off").model / flops_per_sample(small, 224, "off").model
     return (f"FLOP counter (224 px): {large} takes {ratio:.2f}× the training FLOPs per sample of {small}; "
-            "at equal efficiency it would train that much slower")
+            f"at equal efficiency its throughput ratio would be {1 / ratio:.2f}")
 
 
 @claims.add(
@@ -497,3 +505,104 @@ def batchnorm_breaks(rows: Rows) -> list[Check]:
             "LayerNorm model: accumulation equals the large batch at every K"
         checks.append(Check(claimed, f"{model}: gradient relative L2 up to {worst:.1e}", differs, at=model))
     return checks
+
+
+LEAK_LOOP_LAYERS, LEAK_LOOP_WIDTH = 12, 4096
+"""The article's `SimpleModel`: 12 `nn.Linear(4096, 4096)` layers, trained with AdamW."""
+
+
+@claims.add(
+    id="000-leak-printout",
+    summary="the loop's printout: 1.61 GB allocated after optimizer.step()",
+    quote="After optimizer.step(): 1.61 GB",
+    experiment="arithmetic",
+    sources=("arithmetic",),
+    method=("What `torch.cuda.memory_allocated()` must at least hold after `optimizer.step()` in the article's own "
+        "loop: the 12 × Linear(4096, 4096) parameters (fp32), their gradients (alive until the next "
+        "`zero_grad()`) and AdamW's two fp32 states, counted from the layer shapes (decimal GB, as printed)."),
+)
+def leak_printout(rows: Rows) -> list[Check]:
+    params = LEAK_LOOP_LAYERS * (LEAK_LOOP_WIDTH * LEAK_LOOP_WIDTH + LEAK_LOOP_WIDTH)
+    held = params * (4 + 4 + 8)  # weights, gradients, AdamW exp_avg + exp_avg_sq
+    return [Check("1.61 GB allocated after optimizer.step() (it cannot be less than what the step must hold)",
+                  f"parameters + gradients + AdamW state = {held / GB:.2f} GB ({params / 1e6:.1f} M parameters)",
+                  1.61 * GB >= held)]
+
+
+@claims.add(
+    id="000-zero-grad-default",
+    summary="FAQ: zero_grad() keeps the gradient tensors allocated by default",
+    quote="By default, zero_grad() sets gradients to zero but keeps the tensor allocated.",
+    experiment="torch",
+    sources=("torch",),
+    method=("The default of `set_to_none` in the installed torch's `Optimizer.zero_grad`, and what a plain "
+        "`zero_grad()` leaves behind on a small layer after one step (the default is True since PyTorch 2.0)."),
+)
+def zero_grad_default(rows: Rows) -> list[Check]:
+    default = inspect.signature(torch.optim.Optimizer.zero_grad).parameters["set_to_none"].default
+    layer = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(layer.parameters())
+    layer(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    kept = [p.grad is not None for p in layer.parameters()]
+    return [Check("zero_grad() keeps the gradients allocated (zeroed) by default",
+                  f"torch {torch.__version__}: set_to_none defaults to {default}; after zero_grad() "
+                  f"{sum(kept)} of {len(kept)} gradients still allocated", default is False and all(kept))]
+
+
+@claims.add(
+    id="000-gradscaler-retries",
+    summary="on an fp16 overflow, GradScaler retries the step, doubling its memory",
+    quote=("If you’re unlucky and hit overflow during an accumulation step, the scaler backtracks and retries with a "
+        "smaller scale — doubling memory usage for that step."),
+    experiment="torch",
+    sources=("torch",),
+    method=("The installed torch's GradScaler on one overflowing step (gradients made infinite): forward passes "
+        "run, whether the optimizer stepped, the loss scale before and after. A retry would run the forward a "
+        "second time; GradScaler skips the update and lowers the scale for the next step instead."),
+)
+def gradscaler_retries(rows: Rows) -> list[Check]:
+    layer = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    forwards = []
+    layer.register_forward_hook(lambda *_: forwards.append(1))
+    before = [p.detach().clone() for p in layer.parameters()]
+    scaler.scale(layer(torch.ones(1, 4)).sum() * float("inf")).backward()
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    stepped = any(not torch.equal(a, p) for a, p in zip(before, layer.parameters()))
+    return [Check("the overflowing step is retried (a second forward and backward)",
+                  f"{len(forwards)} forward pass; optimizer step {'taken' if stepped else 'skipped'}; loss scale "
+                  f"{scale:.0f} -> {scaler.get_scale():.0f} for the next step", len(forwards) > 1)]
+
+
+@claims.add(
+    id="000-24-extra-forwards",
+    summary="checkpointing a 24-layer ViT: 24 extra forward passes per backward",
+    quote="For a 24-layer ViT, you’re doing 24 extra forward passes per backward.",
+    experiment="arithmetic",
+    sources=("arithmetic",),
+    method=("The FLOP counter on ViT-L/16 (24 blocks, 224 px): the FLOPs full checkpointing adds (its recompute: "
+        "hardware less model FLOPs) over the FLOPs of one forward pass of the whole model. Each block is "
+        "recomputed once, and torch's non-reentrant checkpoint stops a block's recompute once every tensor its "
+        "backward needs exists again (its last matmul's output is not one), so the extra work is under one "
+        "forward pass, not one per block."),
+)
+def extra_forwards(rows: Rows) -> list[Check]:
+    model = "vit_large_patch16_224"
+    flops = flops_per_sample(model, 224, "full")
+    extra = (flops.hardware - flops.model) / _forward_flops(model, 224)
+    return [value_check("24 extra forward passes per backward", extra, 24, 0.10, "forward passes", digits=2,
+                        label="recompute =")]
+
+
+def _forward_flops(model_name: str, image_size: int) -> float:
+    """One forward pass's FLOPs per sample (meta tensors: shapes only)."""
+    model = build_model(model_name, image_size, device="meta")
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.empty(1, 3, image_size, image_size, device="meta"))
+    return counter.get_total_flops()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench.claims.evidence import (
     MEASURED_SOURCES,
+    ROWLESS,
     SOURCE_WORDS,
     Missing,
     Rows,
@@ -61,10 +62,15 @@ class Finding:
         return self.rows_folder.name if self.source in MEASURED_SOURCES and self.rows_folder else None
 
     @property
+    def found_as(self) -> str:
+        """How a check's figure was found, in one word: only a device's rows are "measured"."""
+        return {"estimate": "estimated", "arithmetic": "computed", "torch": "found"}.get(self.source or "", "measured")
+
+    @property
     def where(self) -> str:
         if self.source is None:
             return "nowhere"
-        if self.source in ("estimate", "arithmetic"):  # no device ran anything
+        if self.source in ("estimate", *ROWLESS):  # no device's rows behind it
             return SOURCE_WORDS[self.source]
         return f"{SOURCE_WORDS[self.source]}: {self.device_name}"
 
@@ -84,7 +90,7 @@ def evaluate(claim: Claim, results_root: Path) -> Finding:
         except Missing as exc:
             reasons.append(f"{source}: {exc}")
             continue
-        folder = None if source == "arithmetic" else rows.folder
+        folder = None if source in ROWLESS else rows.folder
         return Finding(claim, verdict_of(checks), tuple(checks), source, folder, rows.device_name,
                        tuple(read.used), "; ".join(reasons), _supporting(claim, results_root))
     if claim.elsewhere:

@@ -8,7 +8,9 @@ Sources, by what they can stand for:
 - `cpu`: measured on a CPU under the grid's CPU profile (smaller images, same mechanisms);
 - `equivalence`: the equivalence study (`results/equivalence/<device>/equivalence.csv`): one step
   as K micro-batches against one large batch, every variant;
-- `arithmetic`: no rows: the article's own figures, the FLOP counter and the GPU catalog.
+- `arithmetic`: no rows: the article's own figures, the FLOP counter and the GPU catalog;
+- `torch`: no rows: a behaviour of the installed torch, run on the CPU when the claims are checked
+  (an API's default, what GradScaler does on an overflow).
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ from bench.results.read import read_runs, read_text
 from bench.results.schema import COLUMNS, Column
 from bench.speed.predict import PREDICTED_FOLDER
 
-Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic"]
-USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated", "equivalence": "ok", "arithmetic": "ok"}
+Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic", "torch"]
+ROWLESS: tuple[Source, ...] = ("arithmetic", "torch")
+"""Sources that read no rows: their experiment is their own name."""
+USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated", "equivalence": "ok", "arithmetic": "ok",
+                 "torch": "ok"}
 SOURCE_WORDS = {"cuda": "measured on GPU", "estimate": "estimated for GPU (no device)", "cpu": "measured on CPU",
-                "equivalence": "equivalence study", "arithmetic": "computed from the article's own figures"}
+                "equivalence": "equivalence study", "arithmetic": "computed from the article's own figures",
+                "torch": "run on the installed torch (CPU)"}
 MEASURED_SOURCES: tuple[Source, ...] = ("cuda", "cpu")
 """Sources whose rows a device measured: they name the claims table's folder."""
 
@@ -108,8 +114,8 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
 
     The experiment `equivalence` is the equivalence study's table; `arithmetic` needs no rows.
     """
-    if experiment == "arithmetic":
-        return {"arithmetic": Rows("arithmetic", Path(results_root), pd.DataFrame(
+    if experiment in ROWLESS:
+        return {experiment: Rows(experiment, Path(results_root), pd.DataFrame(
             {"cell_id": pd.Series(dtype=str), "status": pd.Series(dtype=str), "device_name": pd.Series(dtype=str)}))}
     if experiment == EQUIVALENCE:
         return _equivalence_rows(results_root)

@@ -21,8 +21,14 @@ def pct(value: float) -> str:
 
 
 def time_change(slower: float) -> str:
-    """0.33 -> "33.0 % slower"; -0.1 -> "10.0 % faster"."""
-    return f"{pct(abs(slower))} {'slower' if slower >= 0 else 'faster'}"
+    """One convention for every speed figure: the throughput ratio (samples/s over the reference's), and
+    the time per sample it means.
+
+    >>> time_change(0.25), time_change(-0.2)
+    ('throughput ratio 0.80 (25.0 % more time per sample)', 'throughput ratio 1.25 (20.0 % less time per sample)')
+    """
+    return (f"throughput ratio {1 / (1 + slower):.2f} ({pct(abs(slower))} "
+            f"{'more' if slower >= 0 else 'less'} time per sample)")
 
 
 

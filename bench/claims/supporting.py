@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.claims.evidence import Missing, Rows, load_sources
-from bench.claims.readings import pair, pct, slower_by, time_change
+from bench.claims.readings import pair, slower_by, time_change
 from bench.measure.flops import flops_per_sample
 
 
@@ -21,7 +21,7 @@ def recompute_ratio(model: str, image_size: int, checkpointing: str) -> str:
     ratio = flops.hardware / flops.model
     return (f"FLOP counter ({model}, {image_size} px): checkpointing `{checkpointing}` runs {ratio:.2f}× the FLOPs "
             f"of the plain step ({flops.hardware / 1e9:.1f} against {flops.model / 1e9:.1f} GFLOP per sample); "
-            f"if time followed FLOPs, {pct(ratio - 1)} slower")
+            f"if time followed FLOPs, {time_change(ratio - 1)}")
 
 
 def same_flops(model: str, image_size: int, what: str) -> str:

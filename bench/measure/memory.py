@@ -20,6 +20,7 @@ TRACKED_CATEGORIES = {
     "Temp": "temporaries",
     "Optstate": "optimizer_state",
     "Other": "other",
+    "AutocastCache": "autocast_cache",  # the estimator's label for autocast's weight casts (bench.memory.cuda_autocast)
 }
 
 

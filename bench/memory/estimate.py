@@ -21,9 +21,11 @@ from typing import Callable, ContextManager, Iterator, Literal, Protocol
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.distributed._tools import mem_tracker
 
 from bench.grid.cell import Cell
+from bench.memory.cuda_autocast import cuda_autocast_policy
 from bench.measure.memory import TracedStep, param_bytes, trace_step
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
@@ -31,6 +33,9 @@ from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, tr
 from bench.units import MIB
 
 Target = Literal["cuda", "cpu"]
+AttentionKernel = Literal["eager", "flash", "efficient", "math", "cpu"]
+"""The attention kernel an estimate assumed: `eager` (timm's explicit softmax: probabilities of
+heads x tokens^2 kept for backward), one of CUDA's fused SDPA kernels, or the CPU's SDPA."""
 
 
 class StepObserver(ContextManager, Protocol):
@@ -73,13 +78,15 @@ WORKSPACE_ALLOWANCE_BYTES = workspace_allowance_bytes()
 
 CUDA_MODEL = (
     "modelled: tensors of the runner's step (MemTracker, fake tensors), each rounded to the "
-    "allocator's 512-byte blocks; the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS workspace allowance (cuBLASLt shares it) "
+    "allocator's 512-byte blocks, under CUDA's autocast policy (torch's AutocastCUDA kernels, the weight-cast cache "
+    "as its own category) and the attention kernel CUDA's SDPA would pick (estimate_attention); "
+    "the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS workspace allowance (cuBLASLt shares it) "
     f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB: the default from compute capability 9.0 on, 2 threads); reserved = allocated "
     "rounded up to 2 MiB segments (a lower bound)"
 )
 CUDA_UNMODELLED = (
-    "not modelled: CUDA autocast and kernel choices (the trace runs CPU autocast and CPU "
-    "kernels: attention and convolution save what the CPU kernels save), cuDNN workspaces, "
+    "not modelled: kernel choices other than attention (convolution saves what the CPU kernel saves), "
+    "cuDNN workspaces, "
     "unsplit cached blocks (up to 1 MiB each), allocator fragmentation, the CUDA context"
 )
 
@@ -96,10 +103,17 @@ class Estimate:
     """The micro-batch's images and labels: on the device, but created before the trace."""
     workspace_bytes: int
     """cuBLAS/cuBLASLt workspace allowance (CUDA only)."""
+    attention: AttentionKernel = "cpu"
+    """The attention kernel the trace assumed (see `attention_kernel`)."""
     tracked_peak_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tracked_peak_bytes", self.traced.tracked_peak_bytes["total"])
+
+    @property
+    def autocast_cache_bytes(self) -> int:
+        """Autocast's low-precision weight copies alive at the peak (their own category, not activations)."""
+        return self.traced.tracked_peak_bytes.get("autocast_cache", 0)
 
     @property
     def peak_allocated_bytes(self) -> int | None:
@@ -119,6 +133,44 @@ class Estimate:
         """What the runner's `peak_memory_bytes` would be: allocated on CUDA, tracked on CPU."""
         allocated = self.peak_allocated_bytes
         return self.tracked_peak_bytes if allocated is None else allocated
+
+
+def attention_kernel(cell: Cell, target: Target, capability: tuple[int, int] | None = None) -> AttentionKernel:
+    """The attention kernel `cell` gets on `target`: what `F.scaled_dot_product_attention` picks on CUDA.
+
+    torch's SDPA (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) tries flash, then
+    memory-efficient, then math: flash needs compute capability 8.0 or later and fp16/bf16;
+    memory-efficient runs from 5.0 on in fp32 and fp16 (bf16 from 8.0). Both keep only the output
+    and a per-row log-sum-exp for backward, as the CPU's flash kernel the trace runs does; math
+    keeps the probabilities. `capability` None: a current GPU (8.0 or later). timm's heads (64 or
+    fewer dimensions) are inside every kernel's limits.
+
+    >>> cell = Cell(experiment="e", profile="cuda", model="test_vit", image_size=32, micro_batch=4, accum_steps=1,
+    ...             precision="fp16", checkpointing="off", optimizer="sgd", channels_last=False,
+    ...             warmup_steps=1, measured_steps=1)
+    >>> attention_kernel(cell, "cuda"), attention_kernel(cell, "cuda", (7, 0)), attention_kernel(cell, "cuda", (3, 7))
+    ('flash', 'efficient', 'math')
+    """
+    if cell.attention == "eager":
+        return "eager"
+    if target != "cuda":
+        return "cpu"
+    capability = capability or (8, 0)
+    low_precision = cell.precision in ("fp16", "bf16")
+    if low_precision and capability >= (8, 0):
+        return "flash"
+    if capability >= (5, 0) and (cell.precision != "bf16" or capability >= (8, 0)):
+        return "efficient"
+    return "math"
+
+
+def _attention_context(kernel: AttentionKernel) -> ContextManager:
+    """The CPU kernel whose saved tensors match `kernel`'s: flash for both fused kernels, else math."""
+    if kernel in ("flash", "efficient"):
+        return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+    if kernel == "math":
+        return sdpa_kernel(SDPBackend.MATH)
+    return contextlib.nullcontext()
 
 
 class FakeModels:
@@ -154,8 +206,12 @@ class FakeStep:
 
 @contextlib.contextmanager
 def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = None,
-              accum_steps: int | None = None, observe: PhaseHook | None = None) -> Iterator[FakeStep]:
+              accum_steps: int | None = None, observe: PhaseHook | None = None, *,
+              capability: tuple[int, int] | None = None) -> Iterator[FakeStep]:
     """Inside fake mode, `cell`'s step after one warm-up step, as the runner's warm-up leaves it.
+
+    For a CUDA target the step casts as CUDA's autocast does (`bench.memory.cuda_autocast`) and
+    attention runs the kernel CUDA would pick on a GPU of `capability` (`attention_kernel`).
 
     The one path from a cell to its step on fake tensors, shared by the memory estimator and the
     throughput model (`bench.speed`). `accum_steps` overrides the cell's K (the throughput model
@@ -172,8 +228,10 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
     # Built outside fake mode: bitsandbytes fills its quantisation maps through host reads
     # (`.tolist()`), which fake tensors cannot answer. Its state is still created, fake, in the step.
     optimizer = build_optimizer(cell.optimizer, model.parameters())
-    with models.mode, _allocator_rounding(target == "cuda"):
-        if target == "cuda":
+    cuda = target == "cuda"
+    with (models.mode, _allocator_rounding(cuda), _attention_context(attention_kernel(cell, target, capability)),
+          cuda_autocast_policy() if cuda else contextlib.nullcontext()):
+        if cuda:
             _multi_tensor_updates(optimizer)
         scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
         batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
@@ -196,8 +254,12 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
 
 
 def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None = None, *,
-                  accum_steps: int | None = None, observer: StepObserver | None = None) -> Estimate:
+                  accum_steps: int | None = None, observer: StepObserver | None = None,
+                  capability: tuple[int, int] | None = None) -> Estimate:
     """Run `cell`'s step on fake tensors and predict its peak memory on `target`.
+
+    `capability`: the CUDA GPU's compute capability, for its attention kernel and cuBLAS
+    workspace (None: a GPU of 8.0 or later for attention, the larger workspace).
 
     `observer` (the throughput model's op recorder) watches the same traced step: one trace
     answers both. `accum_steps` traces that K instead of the cell's (from 2 on, the peak is the
@@ -211,7 +273,8 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         True
     """
     observe = observer.on_phase if observer else None
-    with fake_step(cell, target, models, accum_steps, observe) as step, observer or contextlib.nullcontext():
+    with (fake_step(cell, target, models, accum_steps, observe, capability=capability) as step,
+          observer or contextlib.nullcontext()):
         # Fake tensors have no values: no gradient norm, and the host's memory says nothing of a device.
         traced = trace_step(step.run, step.model, step.optimizer, torch.device("cpu"), values=False)
     cuda = target == "cuda"
@@ -219,7 +282,8 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         target=target, traced=traced, params_bytes=param_bytes(step.model),
         param_count=sum(p.numel() for p in step.model.parameters()),
         inputs_bytes=sum(_allocated(t.untyped_storage().nbytes(), cuda) for t in step.batch),
-        workspace_bytes=WORKSPACE_ALLOWANCE_BYTES if cuda else 0,
+        workspace_bytes=workspace_allowance_bytes(capability) if cuda else 0,
+        attention=attention_kernel(cell, target, capability),
     )
 
 

@@ -47,6 +47,11 @@ ESTIMATE_COLUMNS: dict[str, Column] = {
                                            "peak_tracked_bytes)"),
     "estimate_workspace_bytes": Column("int", "cuBLAS/cuBLASLt workspace allowance in peak_allocated_bytes "
                                               "(CUDA estimates)"),
+    "tracked_autocast_cache_bytes": Column("int", "autocast's low-precision weight copies (its weight-cast cache) at the "
+                                                  "traced peak: a category of its own, inside peak_tracked_bytes and "
+                                                  "activations_peak_bytes, not inside tracked_activations_bytes"),
+    "estimate_attention": Column("str", "the attention kernel the estimate assumed: eager (probabilities kept), "
+                                        "flash or efficient (CUDA SDPA's fused kernels), math, or cpu"),
     "fits_gpus": Column("str", "catalog GPUs (bench/data/gpus.csv) whose memory holds peak_reserved_bytes + the "
                                "cost planner's headroom; ';'-separated, CUDA estimates only"),
     "estimate_method": Column("str", "what the estimate models and what it does not"),
@@ -81,6 +86,8 @@ def estimate_row(cell: Cell, estimate: Estimate, headroom: float = DEFAULT_HEADR
                          param_count=estimate.param_count, peak_bytes=estimate.peak_bytes),
         "estimate_inputs_bytes": estimate.inputs_bytes if cuda else None,
         "estimate_workspace_bytes": estimate.workspace_bytes if cuda else None,
+        "tracked_autocast_cache_bytes": estimate.autocast_cache_bytes,
+        "estimate_attention": estimate.attention,
         "fits_gpus": ";".join(fitting_gpus(estimate.peak_reserved_bytes, headroom)) if cuda else None,
         "estimate_method": f"{CUDA_MODEL}; {CUDA_UNMODELLED}" if cuda else
                            "tracked tensors of the runner's step (MemTracker, fake tensors): what the CPU runner reports",

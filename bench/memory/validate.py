@@ -1,0 +1,238 @@
+"""The estimator judged on timm's RTX 3090 AMP training benchmark: hundreds of fit/OOM observations.
+
+timm's `benchmark.py --bench train --amp` starts every model at batch 512 and, on an out-of-memory
+error, retries at `timm.utils.decay_batch_step(batch)` (512, 384, 256, 192, 128, 96, 64, ...).
+So each row of `bench/data/reference/timm_rtx3090_train_amp.csv` says two things: its
+`batch_size` fitted in the card's memory, and (below 512) the previous size of that sequence did
+not. Each side is estimated here under the benchmark's conditions (`validation_cell`) and
+compared with what the card holds by the project's fit rule (`CUDA_CONTEXT_NOTE`). Rows are written as they are estimated, so a
+run can stop and resume (`validate`).
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+from timm.utils import decay_batch_step
+
+from bench.grid.cell import Cell
+from bench.memory.estimate import FakeModels, estimate_cell
+from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
+from bench.units import GIB
+
+REFERENCE = Path(__file__).resolve().parent.parent / "data" / "reference" / "timm_rtx3090_train_amp.csv"
+START_BATCH = 512
+"""The batch timm's benchmark began with (the largest in the file; 381 rows ran at it)."""
+RTX3090_CAPABILITY = (8, 6)
+RTX3090_MEMORY_GIB = 24.0
+"""24 GiB of GDDR6X (NVIDIA's RTX 3090 specification: 24 GB, which `nvidia-smi` shows as 24576 MiB)."""
+CUDA_CONTEXT_NOTE = (
+    "what the card leaves: the project's one fit rule (bench.memory.fit: the predicted reserved peak plus 10 % "
+    "of it must fit the nominal 24 GiB), so at most 21.8 GiB of predicted peak fits. The 10 % stands for what "
+    "no tensor shows; on this card under PyTorch 1.12 / CUDA 11.3 that includes a CUDA context of roughly "
+    "1 GiB (every kernel module loaded eagerly: lazy loading came with CUDA 11.7), about 5 % of a 20 GiB peak")
+COLUMNS = ("model", "memory_format", "image_size", "side", "batch_size", "observed", "status",
+           "predicted_allocated_bytes", "predicted_reserved_bytes", "autocast_cache_bytes", "attention",
+           "estimate_s", "error")
+"""One line per (row, side): `side` fit (the row's batch, observed to fit) or oom (the next larger size of
+timm's sequence, observed not to)."""
+
+
+def decay_sequence(start: int = START_BATCH) -> list[int]:
+    """timm's retry sizes from `start` down to 1, from timm's own `decay_batch_step`.
+
+    >>> decay_sequence()[:9]
+    [512, 384, 256, 192, 128, 96, 64, 48, 32]
+    """
+    sizes = [start]
+    while sizes[-1] > 1:
+        sizes.append(decay_batch_step(sizes[-1]))
+    return sizes
+
+
+def failed_batch(batch_size: int) -> int | None:
+    """The size timm tried just before `batch_size` (it ran out of memory); None at the start.
+
+    >>> failed_batch(48), failed_batch(512)
+    (64, None)
+    """
+    sizes = decay_sequence()
+    index = sizes.index(batch_size)
+    return sizes[index - 1] if index else None
+
+
+def family(model: str) -> str:
+    """A model's family: the letters its timm name starts with (`vit_base_patch16_384` -> `vit`).
+
+    >>> family("vit_base_patch16_384"), family("resnet50d"), family("efficientnet_b0")
+    ('vit', 'resnet', 'efficientnet')
+    """
+    match = re.match(r"[a-z]+", model)
+    return match.group(0) if match else model
+
+
+def validation_cell(model: str, image_size: int, batch_size: int, channels_last: bool) -> Cell:
+    """One step of timm's train benchmark as a cell: fp16 autocast, SGD with momentum 0.9 (timm's
+    `create_optimizer_v2(opt="sgd")`), gradients zeroed and kept (`zero_grad()` in PyTorch 1.12),
+    eager attention (PyTorch 1.12 had no SDPA), no accumulation, no checkpointing."""
+    return Cell(experiment="estimate_validation", profile="cuda", model=model, image_size=image_size,
+                micro_batch=batch_size, accum_steps=1, precision="fp16", checkpointing="off", optimizer="sgd",
+                channels_last=channels_last, warmup_steps=1, measured_steps=1, attention="eager",
+                zero_grad="zeros")
+
+
+@dataclass(frozen=True)
+class Observation:
+    model: str
+    memory_format: str
+    image_size: int
+    side: str
+    batch_size: int
+
+    @property
+    def observed(self) -> str:
+        return "fits" if self.side == "fit" else "oom"
+
+    @property
+    def key(self) -> tuple:
+        return self.model, self.memory_format, self.side
+
+
+def observations(reference: Path = REFERENCE) -> list[Observation]:
+    """Every fit and OOM observation of the reference file, in its order."""
+    found = []
+    with reference.open() as handle:
+        for row in csv.DictReader(handle):
+            base = dict(model=row["model"], memory_format=row["memory_format"], image_size=int(row["image_size"]))
+            batch = int(row["batch_size"])
+            found.append(Observation(**base, side="fit", batch_size=batch))
+            failed = failed_batch(batch)
+            if failed is not None:
+                found.append(Observation(**base, side="oom", batch_size=failed))
+    return found
+
+
+def sample_order(found: list[Observation], seed: int = 0) -> list[Observation]:
+    """Rows (both sides together) in a seeded random order: a run stopped early is a random sample."""
+    rows = sorted({(o.model, o.memory_format) for o in found})
+    random.Random(seed).shuffle(rows)
+    rank = {row: index for index, row in enumerate(rows)}
+    return sorted(found, key=lambda o: (rank[(o.model, o.memory_format)], o.side))
+
+
+def _estimate(observation: Observation, models: FakeModels) -> dict:
+    cell = validation_cell(observation.model, observation.image_size, observation.batch_size,
+                           observation.memory_format == "channels_last")
+    began = time.monotonic()
+    try:
+        estimate = estimate_cell(cell, "cuda", models, capability=RTX3090_CAPABILITY)
+    except Exception as exc:  # noqa: BLE001 - a model that does not build or trace is a row, not a stop
+        return {"status": "error", "error": f"{type(exc).__name__}: {str(exc)[:200]}",
+                "estimate_s": round(time.monotonic() - began, 2)}
+    return {"status": "estimated", "predicted_allocated_bytes": estimate.peak_allocated_bytes,
+            "predicted_reserved_bytes": estimate.peak_reserved_bytes,
+            "autocast_cache_bytes": estimate.autocast_cache_bytes, "attention": estimate.attention,
+            "estimate_s": round(time.monotonic() - began, 2), "error": ""}
+
+
+def validate(out: Path, limit_s: float | None = None, reference: Path = REFERENCE) -> Iterator[dict]:
+    """Estimate every observation not yet in `out` (appending as it goes); stops after `limit_s` seconds."""
+    done = set()
+    if out.exists():
+        with out.open() as handle:
+            done = {(r["model"], r["memory_format"], r["side"]) for r in csv.DictReader(handle)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not out.exists()
+    began = time.monotonic()
+    with out.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        if fresh:
+            writer.writeheader()
+        models = None
+        current = None
+        for observation in sample_order(observations(reference)):
+            if observation.key in done:
+                continue
+            if limit_s is not None and time.monotonic() - began > limit_s:
+                return
+            if observation.model != current:  # one model's fake copies at a time: memory stays flat
+                models, current = FakeModels(), observation.model
+            row = {"model": observation.model, "memory_format": observation.memory_format,
+                   "image_size": observation.image_size, "side": observation.side,
+                   "batch_size": observation.batch_size, "observed": observation.observed,
+                   **_estimate(observation, models)}
+            writer.writerow(row)
+            handle.flush()
+            yield row
+
+
+def judged(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> pd.DataFrame:
+    """One line per reference row with both sides' predictions and whether each came out right.
+
+    A side is right when `bench.memory.fit.memory_fit` (predicted reserved peak plus `headroom`
+    against 24 GiB) says fits for a fit and does not for an OOM. `both_right`: every side the row
+    has (a row at 512 has no OOM side) is right. `fit_ratio`, `oom_ratio`: what the rule needs over
+    what the card has (right: <= 1 and > 1).
+    """
+    sides = pd.read_csv(rows_file)
+    sides = sides[sides.status == "estimated"]
+    fits = [memory_fit(peak, headroom, RTX3090_MEMORY_GIB) for peak in sides.predicted_reserved_bytes]
+    sides = sides.assign(ratio=[fit.required_bytes / fit.capacity_bytes for fit in fits])
+    sides = sides.assign(right=(sides.ratio <= 1) == (sides.side == "fit"))
+    wide = sides.pivot_table(index=["model", "memory_format"], columns="side", values=["ratio", "right"],
+                             aggfunc="first")
+    wide.columns = [f"{side}_{value}" for value, side in wide.columns]
+    wide = wide.reset_index()
+    if "oom_right" not in wide:
+        wide = wide.assign(oom_right=float("nan"), oom_ratio=float("nan"))
+    wide = wide[wide.fit_right.notna()]  # a row whose fit side did not estimate is not judged
+    has_oom = wide.oom_right.notna()
+    oom_right = wide.oom_right.where(has_oom, True).astype(bool)
+    fit_right = wide.fit_right.astype(bool)
+    return wide.assign(family=wide.model.map(family), has_oom=has_oom, both_right=fit_right & oom_right)
+
+
+def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str:
+    """The agreement as docs/estimator.md shows it: overall, per family, the ratios' spread, other headrooms."""
+    rows = judged(rows_file, headroom)
+    sides = pd.read_csv(rows_file)
+    errors = sides[sides.status != "estimated"]
+    lines = [
+        f"Rows judged: {len(rows)} ({rows.has_oom.sum()} with an OOM side) of "
+        f"{len(sides[sides.side == 'fit'])} attempted; {errors.model.nunique()} models did not estimate "
+        f"({len(errors)} sides). Fit rule: predicted reserved peak x {1 + headroom:.2f} <= "
+        f"{RTX3090_MEMORY_GIB:.0f} GiB ({CUDA_CONTEXT_NOTE}).",
+        "",
+        f"- both sides right: {rows.both_right.mean():.1%} of rows",
+        f"- fit side right: {rows.fit_right.astype(bool).mean():.1%}; OOM side right: "
+        f"{rows.oom_right[rows.has_oom].astype(bool).mean():.1%} (of {rows.has_oom.sum()})",
+        "",
+        f"Predicted reserved peak x {1 + headroom:.2f} over {RTX3090_MEMORY_GIB:.0f} GiB (a fit is right at <= 1, "
+        "an OOM above 1):",
+        "",
+        "| side | n | p5 | p25 | median | p75 | p95 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for side in ("fit", "oom"):
+        ratios = rows[f"{side}_ratio"].dropna()
+        q = ratios.quantile([0.05, 0.25, 0.5, 0.75, 0.95])
+        lines.append(f"| {side} | {len(ratios)} | " + " | ".join(f"{value:.2f}" for value in q) + " |")
+    lines += ["", "Per family (families with at least 5 rows; the rest pooled as `other`):", "",
+              "| family | rows | both right |", "|---|---|---|"]
+    counts = rows.family.value_counts()
+    grouped = rows.assign(family=rows.family.where(rows.family.map(counts) >= 5, "other"))
+    for name, group in sorted(grouped.groupby("family"), key=lambda item: -len(item[1])):
+        lines.append(f"| {name} | {len(group)} | {group.both_right.mean():.0%} |")
+    lines += ["", "The same rows judged with other headrooms (the rule's 10 % is the project's, not fitted here):", "",
+              "| headroom | largest predicted peak that fits (GiB) | both sides right |", "|---|---|---|"]
+    for other in (0.0, 0.05, 0.10, 0.15, 0.20):
+        lines.append(f"| {other:.0%} | {RTX3090_MEMORY_GIB / (1 + other):.1f} | "
+                     f"{judged(rows_file, other).both_right.mean():.1%} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,145 @@
+"""CUDA's autocast in the fake step, the attention kernel it assumes, and the RTX 3090 fit/OOM validation."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+import torch
+from timm.layers import Attention
+
+from bench.grid.cell import Cell
+from bench.memory.cuda_autocast import cuda_autocast_policy
+from bench.memory.estimate import FakeModels, estimate_cell
+from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
+from bench.memory.validate import (
+    COLUMNS,
+    RTX3090_CAPABILITY,
+    RTX3090_MEMORY_GIB,
+    failed_batch,
+    judged,
+    observations,
+    validation_cell,
+)
+from bench.train.models import build_model
+
+
+def _cell(precision: str, attention: str = "eager", micro_batch: int = 8) -> Cell:
+    return Cell(experiment="t", profile="cuda", model="test_vit", image_size=32, micro_batch=micro_batch,
+                accum_steps=1, precision=precision, checkpointing="off", optimizer="sgd", channels_last=False,
+                warmup_steps=1, measured_steps=1, attention=attention)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_policy_casts_as_cuda_does_and_cpu_autocast_is_restored_after(dtype):
+    x = torch.randn(4, 8)
+    weight = torch.randn(8, 8, requires_grad=True)
+    with cuda_autocast_policy(), torch.autocast("cpu", dtype=dtype):
+        scores = x @ weight
+        # CUDA: matmul in low precision; softmax, layer norm and the loss in fp32.
+        assert scores.dtype == dtype
+        assert torch.softmax(scores, -1).dtype == torch.float32
+        assert torch.nn.functional.layer_norm(scores, (8,)).dtype == torch.float32
+        assert torch.nn.functional.cross_entropy(scores, torch.tensor([0, 1, 2, 3])).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # CPU's own policy again: softmax stays bf16
+        assert torch.softmax(x @ weight, -1).dtype == torch.bfloat16
+
+
+def test_a_weight_used_twice_is_cast_once_and_the_cache_ends_with_the_region():
+    weight = torch.randn(8, 8, requires_grad=True)
+    with cuda_autocast_policy() as policy:
+        with torch.autocast("cpu", dtype=torch.float16):
+            x = torch.randn(2, 8)
+            y = (x @ weight) @ weight
+            assert y.dtype == torch.float16 and len(policy.cache) == 1
+        assert policy.cache == {}
+
+
+def _saved_probability_dtypes(dtype: torch.dtype, cuda_policy: bool) -> set[torch.dtype]:
+    """Dtypes of the (batch, heads, tokens, tokens) tensors an eager timm attention block saves for backward."""
+    block = Attention(dim=32, num_heads=4)
+    block.fused_attn = False
+    x = torch.randn(2, 10, 32)
+    saved: set[torch.dtype] = set()
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.numel() == 2 * 4 * 10 * 10:  # matmul saves its operands as (batch x heads, 10, 10) views
+            saved.add(tensor.dtype)
+        return tensor
+
+    with (cuda_autocast_policy() if cuda_policy else contextlib.nullcontext()), torch.autocast("cpu", dtype=dtype), \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        block(x)
+    return saved
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_eager_attention_keeps_fp32_probabilities_under_cudas_policy(dtype):
+    # softmax runs in fp32 on CUDA: its fp32 output is saved, and its low-precision copy for the next matmul.
+    assert _saved_probability_dtypes(dtype, cuda_policy=True) == {torch.float32, dtype}
+    assert _saved_probability_dtypes(dtype, cuda_policy=False) == {dtype}  # CPU autocast: no fp32 copy
+
+
+def test_the_weight_cast_cache_is_its_own_category_of_one_low_precision_copy_per_weight():
+    estimate = estimate_cell(_cell("fp16", micro_batch=64), "cuda")  # large enough to peak in backward
+    model = build_model("test_vit", 32, device="meta")
+    # Every weight of a linear or convolution layer is cast once (biases too), 2 bytes per element, and
+    # held at a peak in backward; the trace is within 2 % of that count.
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    cast_elements = sum(p.numel() for m in layers for p in m.parameters(recurse=False))
+    assert estimate.autocast_cache_bytes == pytest.approx(2 * cast_elements, rel=0.02)
+    assert estimate_cell(_cell("fp32", micro_batch=64), "cuda").autocast_cache_bytes == 0
+
+
+def test_sdpa_on_cuda_is_flash_or_efficient_and_saves_less_than_eager_or_math():
+    models = FakeModels()
+    flash = estimate_cell(_cell("fp16", "sdpa"), "cuda", models)
+    math = estimate_cell(_cell("fp16", "sdpa"), "cuda", models, capability=(3, 7))
+    eager = estimate_cell(_cell("fp16", "eager"), "cuda", models)
+    assert (flash.attention, math.attention, eager.attention) == ("flash", "math", "eager")
+    assert flash.traced.activations_saved_bytes < math.traced.activations_saved_bytes
+    assert flash.traced.activations_saved_bytes < eager.traced.activations_saved_bytes
+    fp32 = estimate_cell(_cell("fp32", "sdpa"), "cuda", models, capability=RTX3090_CAPABILITY)
+    assert fp32.attention == "efficient"
+
+
+def test_every_reference_row_below_512_has_the_oom_side_timm_tried_before_it():
+    found = observations()
+    fits = [o for o in found if o.side == "fit"]
+    ooms = {(o.model, o.memory_format): o.batch_size for o in found if o.side == "oom"}
+    assert len(ooms) == sum(o.batch_size < 512 for o in fits)
+    assert ooms[("vit_large_patch14_224", "contiguous")] == 64
+    assert ooms[("vit_base_patch16_384", "contiguous")] == 48
+    assert failed_batch(3) == 4 and failed_batch(6) == 8
+
+
+@pytest.mark.parametrize("model, image_size, batch_size", [
+    ("vit_large_patch14_224", 224, 64),  # timm ran 48 after 64 ran out of memory
+    ("vit_base_patch16_384", 384, 48),  # timm ran 32 after 48 did
+])
+def test_the_issues_two_vit_oom_batches_do_not_fit_a_24_gb_card(model, image_size, batch_size):
+    cell = validation_cell(model, image_size, batch_size, channels_last=False)
+    estimate = estimate_cell(cell, "cuda", capability=RTX3090_CAPABILITY)
+    assert not memory_fit(estimate.peak_reserved_bytes, DEFAULT_HEADROOM, RTX3090_MEMORY_GIB).fits
+
+
+def test_a_row_is_right_only_when_both_its_sides_are(tmp_path: Path):
+    gib = 2**30
+    sides = [  # (model, side, batch, predicted GiB): the rule allows 24 / 1.1 = 21.8 GiB
+        ("a", "fit", 32, 20.0), ("a", "oom", 48, 23.0),  # both right
+        ("b", "fit", 32, 20.0), ("b", "oom", 48, 21.0),  # OOM predicted to fit: wrong
+        ("c", "fit", 512, 22.5),  # at the start: fit side only, and it is wrong
+        ("d", "fit", 512, 3.0),  # fit side only, right
+    ]
+    path = tmp_path / "rows.csv"
+    lines = [",".join(COLUMNS)]
+    for model, side, batch, predicted in sides:
+        row = dict.fromkeys(COLUMNS, "")
+        row.update(model=model, memory_format="contiguous", image_size=224, side=side, batch_size=batch,
+                   observed="fits" if side == "fit" else "oom", status="estimated",
+                   predicted_reserved_bytes=int(predicted * gib))
+        lines.append(",".join(str(row[c]) for c in COLUMNS))
+    path.write_text("\n".join(lines) + "\n")
+    rows = judged(path).set_index("model")
+    assert rows.both_right.to_dict() == {"a": True, "b": False, "c": False, "d": True}
