@@ -54,13 +54,14 @@ def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto",
     from bench.measure.peak import PeakFlops, device_peak
     from bench.run.cell_measurement import CellTask
     from bench.run.cell_process import run_cell
+    from bench.train.model_ref import ModelSpec
 
     info = detect_device(device)
     if info.type == "cpu" and results_root is None:
         peak = PeakFlops(None, "no results_root given: CPU peak not looked up, no MFU")
     else:
         peak = device_peak(info, cell.precision, Path(results_root or "results"))
-    flops = flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
+    flops = flops_per_sample(ModelSpec.of(cell), cell.image_size, cell.checkpointing)
     return run_cell(CellTask(cell, info, peak, flops, memory_limit_gib), timeout_s)
 
 

@@ -85,7 +85,8 @@ class Cell:
 
     experiment: str = described("grid name (experiment.name)")
     profile: Profile = described("cuda (the grid as written) or cpu (its CPU profile)")
-    model: str = axis("timm model name, random init")
+    model: str = axis("timm name, hf-hub:ORG/NAME, package.module:factory or path/to/file.py:factory (code: not from "
+                      "a grid file unless it says experiment.runs_model_code); random init")
     image_size: int = axis("square input side, pixels (at most 4096)", minimum=1, maximum=4096)
     micro_batch: int = described("samples per forward/backward")
     accum_steps: int = described("micro-batches per optimizer step (K)")
@@ -125,6 +126,13 @@ class Cell:
                                maximum=256, probe_option=False)
     attention: Attention = axis("sdpa (fused scaled-dot-product attention) | eager (timm's explicit softmax, "
                                 "fused_attn off)", default="sdpa", extra=True)
+    model_kwargs: str = axis("keyword arguments of the model's factory, a JSON object ({}: none)", default="{}",
+                             extra=True, pattern=r"^\{.*\}$", probe_option=False)
+    in_chans: int = axis("input channels", default=3, extra=True, minimum=1, maximum=1024, probe_option=False)
+    image_width: int = axis("input width, pixels; 0: square (image_size)", default=0, extra=True, minimum=0,
+                            maximum=4096, probe_option=False)
+    num_classes: int = axis("classifier outputs; labels are drawn from range(num_classes)", default=1000, extra=True,
+                            minimum=1, maximum=1_000_000, probe_option=False)
 
     @property
     def effective_batch(self) -> int:

@@ -25,6 +25,7 @@ from torch.distributed._tools import mem_tracker
 
 from bench.grid.cell import Cell
 from bench.measure.memory import TracedStep, param_bytes, trace_step
+from bench.train.model_ref import ModelSpec
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
 from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
@@ -133,9 +134,9 @@ class FakeModels:
         self._models: dict[tuple, torch.nn.Module] = {}
 
     def get(self, cell: Cell) -> torch.nn.Module:
-        key = (cell.model, cell.image_size, cell.checkpointing, cell.channels_last, cell.attention)
+        key = (ModelSpec.of(cell), cell.checkpointing, cell.channels_last, cell.attention)
         if key not in self._models:
-            model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
+            model = build_model(key[0], checkpointing=cell.checkpointing,
                                 channels_last=cell.channels_last, attention=cell.attention, device="meta")
             with self.mode:
                 self._models[key] = model.to_empty(device="cpu")
@@ -176,8 +177,10 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
         if target == "cuda":
             _multi_tensor_updates(optimizer)
         scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
+        spec = ModelSpec.of(cell)
         batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
-                                device="cpu", seed=cell.seed)
+                                device="cpu", seed=cell.seed, input_shape=spec.input_shape,
+                                num_classes=spec.num_classes)
         micro_batches = [batch] * (accum_steps or cell.accum_steps)
 
         def run_step(on_phase: PhaseHook | None = None):

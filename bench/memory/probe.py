@@ -24,6 +24,7 @@ from bench.memory.budget import Budget
 from bench.memory.estimate import FakeModels, Target, estimate_cell
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated
+from bench.train.model_ref import ModelSpec
 from bench.train.models import has_batch_norm
 from bench.units import GIB, MIB
 
@@ -120,7 +121,7 @@ class ProbeConfig:
     @property
     def smallest_micro_batch(self) -> int:
         """2 for a BatchNorm model (one sample has no batch statistics to train on), else 1."""
-        return 2 if has_batch_norm(self.base.model, self.base.image_size) else 1
+        return 2 if has_batch_norm(ModelSpec.of(self.base)) else 1
 
     def describe(self) -> str:
         """`resnet50 224px fp32 ckpt off adamw, K=1`, plus the axes away from their default."""

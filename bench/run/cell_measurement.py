@@ -42,6 +42,7 @@ from bench.results.schema import (
 )
 from bench.run.cell_input import LoaderUnavailable, open_input
 from bench.train.data import ImageData
+from bench.train.model_ref import ModelSpec
 from bench.train.models import build_model
 from bench.train.optim import OptimizerUnavailable, build_optimizer
 from bench.train.step import NoSync, configure_precision, grad_scaler_for, train_step
@@ -118,7 +119,7 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
     cell, device = task.cell, torch.device(task.device.type)
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
-    model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
+    model = build_model(ModelSpec.of(cell), checkpointing=cell.checkpointing,
                         channels_last=cell.channels_last, attention=cell.attention, device=device)
     if distribution:
         model = distribution.wrap(model)

@@ -29,6 +29,7 @@ from bench.run.cell_measurement import CellTask
 from bench.run.ddp_launch import baseline_cell_id, scaling_efficiency
 from bench.run.executors import ExecutorName, SlurmOptions, make_executor
 from bench.train.data import ImageData, open_data
+from bench.train.model_ref import ModelSpec
 
 FAILED_STATUSES = ("error", "timeout")
 
@@ -136,7 +137,7 @@ def flops_by_cell(cells: Sequence[Cell]) -> dict[str, FlopsPerSample | None]:
     failed: set[str] = set()
     by_cell = {}
     for cell in cells:
-        key = (cell.model, cell.image_size, cell.checkpointing)
+        key = (ModelSpec.of(cell), cell.image_size, cell.checkpointing)
         if key not in counted:
             counted[key] = None
             if cell.model not in failed:
