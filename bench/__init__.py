@@ -54,7 +54,7 @@ def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto",
     from bench.measure.peak import PeakFlops, device_peak
     from bench.run.cell_measurement import CellTask
     from bench.run.cell_process import run_cell
-    from bench.train.model_ref import ModelSpec
+    from bench.grid.model_ref import ModelSpec
 
     info = detect_device(device)
     if info.type == "cpu" and results_root is None:

@@ -36,6 +36,11 @@ class DataDirError(BadInput):
     """A data dir (`--data-dir`) cannot be used: missing, empty, or not an ImageFolder tree."""
 
 
+class ModelRefError(BadInput):
+    """A model reference (a timm name, hf-hub:, a module path or a file) cannot be resolved, or its model cannot
+    train on the input asked for."""
+
+
 class MissingExtra(BadInput):
     """An optional dependency a command needs is not installed; the message names the extra to install.
 

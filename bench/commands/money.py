@@ -7,6 +7,14 @@ from pathlib import Path
 
 from bench.commands.common import fraction, non_negative, positive, positive_int, require_folders
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
+from bench.commands.model_options import (
+    MODEL_HELP,
+    add_model_options,
+    check_built,
+    check_reference,
+    model_extras,
+    model_fields,
+)
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
 from bench.cost.price import Assumptions, Workload, price_rows
@@ -19,7 +27,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan = commands.add_parser("plan", help="rank instance x configuration by dollars per run for a target batch "
                                             "(measured rows where given, the throughput model elsewhere)")
     plan.set_defaults(handler=plan_run)
-    plan.add_argument("--model", help="timm model name, as in the rows (or give it first: bench plan MODEL ...)")
+    plan.add_argument("--model", help=MODEL_HELP + ", as in the rows (or give it first: bench plan MODEL ...)")
+    add_model_options(plan)
     plan.add_argument("--effective-batch", type=positive_int, required=True, help="samples per optimizer step, all GPUs")
     plan.add_argument("--image-size", type=positive_int, help="only rows at this image size")
     plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
@@ -111,7 +120,8 @@ def plan_run(args: argparse.Namespace) -> int:
             rows += load_ok_rows(folder)
         measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
         predicting = args.predict == "always" or (args.predict == "auto" and not measured_gpu)
-        image_size = args.image_size or (224 if predicting and not measured_gpu else None)
+        image_size = model_fields(args, args.image_size)["image_size"] or (224 if predicting and not measured_gpu
+                                                                            else None)
         if predicting:
             rows += _predicted_rows(args, model, image_size or _measured_size(rows, model), instances)
         request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
@@ -129,8 +139,6 @@ def plan_run(args: argparse.Namespace) -> int:
 
 def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
     """`bench plan MODEL [RESULTS_DIR...]`, or `bench plan --model MODEL RESULTS_DIR...`."""
-    from bench.grid.spec import timm_model_problem
-
     items = list(args.folders)
     if args.model is None:
         if not items or items[0].is_dir():
@@ -140,9 +148,7 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
     else:
         model = args.model
     if args.predict != "never":
-        problem = timm_model_problem(model)
-        if problem:
-            raise OptionError(f"MODEL: {problem}")
+        check_reference(model)
     return model, items
 
 
@@ -176,7 +182,8 @@ def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, insta
     candidates = PlanCandidates(model=model, image_size=image_size, effective_batch=args.effective_batch, gpus=gpus,
                                 precisions=tuple(args.precision) or DEFAULT_PRECISIONS,
                                 checkpointing=tuple(args.checkpointing) or ("off",), optimizer=args.optimizer,
-                                headroom=args.headroom)
+                                headroom=args.headroom, model_options=model_extras(model_fields(args, image_size)))
+    check_built(candidates.cell(1, "fp32", "off"))
     progress = Progress()
     rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)
     refused = "; ".join(f"{count} {why}" for why, count in progress.refused.items())

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from bench.cost.price import MeasuredRow
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import gpu_spec
 from bench.measure.utilization import utilization_pct
@@ -25,7 +26,6 @@ from bench.memory.estimate import FakeModels
 from bench.memory.fit import memory_fit
 from bench.speed.model import NoDatasheetPeak, gpu_rates, load_model_file, step_time
 from bench.speed.trace import StepOps, trace_cell
-from bench.train.model_ref import ModelSpec
 
 TRACED_MICRO_BATCHES = (4, 8)
 MEMORY_METHOD = (f"memory: the estimator's peak (fake-tensor trace, reserved) at micro-batches {TRACED_MICRO_BATCHES}, "

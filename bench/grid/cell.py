@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cache
@@ -158,6 +159,7 @@ class Cell:
             f"{'-cl' if self.channels_last else ''}"
             + "".join(f"-{name}_{value}" for name, value in extras.items())
         )
+        readable = re.sub(r"[^A-Za-z0-9_.+-]+", "_", readable)  # a path, a module:factory or JSON kwargs
         identity = {name: value for name, value in asdict(self).items()
                     if name not in extra_axis_defaults(type(self)) or name in extras}
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()

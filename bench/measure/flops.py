@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.train.model_ref import ModelSpec
+from bench.grid.model_ref import ModelSpec
 from bench.train.models import build_model
 
 _COUNT_BATCH = 2  # every op here is linear in the batch; 2 keeps BatchNorm in training form

@@ -24,8 +24,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools import mem_tracker
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.measure.memory import TracedStep, param_bytes, trace_step
-from bench.train.model_ref import ModelSpec
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
 from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step

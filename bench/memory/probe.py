@@ -17,6 +17,7 @@ from typing import Any, Callable
 from bench.cache import ESTIMATOR_SOURCES, DiskCache
 from bench.errors import BadInput
 from bench.grid.cell import Cell, Profile, axes, probe_options
+from bench.grid.model_ref import ModelSpec
 from bench.isolation import fork_server
 from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
@@ -24,7 +25,6 @@ from bench.memory.budget import Budget
 from bench.memory.estimate import FakeModels, Target, estimate_cell
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated
-from bench.train.model_ref import ModelSpec
 from bench.train.models import has_batch_norm
 from bench.units import GIB, MIB
 
@@ -128,7 +128,7 @@ class ProbeConfig:
         cell = self.base
         extras = "".join(f", {name} {getattr(cell, name)}" for name, default in probe_options().items()
                          if axes()[name].extra and getattr(cell, name) != default)
-        return (f"{cell.model} {cell.image_size}px {cell.precision} ckpt {cell.checkpointing} "
+        return (f"{ModelSpec.of(cell).describe()} {cell.precision} ckpt {cell.checkpointing} "
                 f"{cell.optimizer}{' channels-last' if cell.channels_last else ''}, K={cell.accum_steps}{extras}")
 
 

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import synthetic_input_default
 from bench.measure.device import cpu_model_name
 from bench.measure.input_pipeline import (
@@ -48,7 +49,6 @@ from bench.train.data import (
     normalize_batch,
     open_data,
 )
-from bench.train.model_ref import ModelSpec
 from bench.train.models import synthetic_batch
 
 Batch = tuple[torch.Tensor, torch.Tensor]

@@ -21,6 +21,7 @@ import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
 import torch
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line, is_out_of_memory
 from bench.measure.flops import FlopsPerSample
@@ -42,7 +43,6 @@ from bench.results.schema import (
 )
 from bench.run.cell_input import LoaderUnavailable, open_input
 from bench.train.data import ImageData
-from bench.train.model_ref import ModelSpec
 from bench.train.models import build_model
 from bench.train.optim import OptimizerUnavailable, build_optimizer
 from bench.train.step import NoSync, configure_precision, grad_scaler_for, train_step

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import Grid, with_world_size
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line
@@ -29,7 +30,6 @@ from bench.run.cell_measurement import CellTask
 from bench.run.ddp_launch import baseline_cell_id, scaling_efficiency
 from bench.run.executors import ExecutorName, SlurmOptions, make_executor
 from bench.train.data import ImageData, open_data
-from bench.train.model_ref import ModelSpec
 
 FAILED_STATUSES = ("error", "timeout")
 

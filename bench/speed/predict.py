@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import Grid
 from bench.measure.flops import flops_per_sample
-from bench.train.model_ref import ModelSpec
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import Estimate, FakeModels

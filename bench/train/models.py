@@ -1,4 +1,4 @@
-"""Model construction: random init (timm, hf-hub or a factory: `bench.train.model_ref`), checkpointing and memory
+"""Model construction: random init (timm, hf-hub or a factory: `bench.grid.model_ref`), checkpointing and memory
 format applied."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import timm  # noqa: F401 - imported here so the fork server's cells start with 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from bench.train.model_ref import DEFAULT_NUM_CLASSES, ModelRefError, ModelSpec, create
+from bench.errors import ModelRefError
+from bench.grid.model_ref import DEFAULT_NUM_CLASSES, ModelSpec
+from bench.train.model_build import create
 
 NUM_CLASSES = DEFAULT_NUM_CLASSES
 

@@ -1,48 +1,35 @@
-"""Where a model comes from: a timm name, `hf-hub:ORG/NAME`, `package.module:factory` or `path/to/file.py:factory`.
+"""What a model reference names, checked without torch or timm: a timm name, `hf-hub:ORG/NAME`,
+`package.module:factory` or `path/to/file.py:factory`.
 
 A model reference is the text a user types (the `model` of a cell); `ModelSpec` adds what the model is built
-for: the input (channels, height, width), the class count and the factory's keyword arguments (JSON). Checking a
-reference (`model_problem`) needs neither torch nor timm, so a command refuses a bad one before they load;
-`create` builds the module, and `check_classifier` runs its forward once on the meta device, so a model that is
-not an image classifier is refused in one line, not a traceback.
+for: the input (channels, height, width), the class count and the factory's keyword arguments (JSON). A command
+refuses a bad reference (`model_problem`) before torch loads; `bench.train.model_build` builds the model.
 
 A module path or a file is code: it runs when the model is built. The command line and the API take them; a
-grid file takes them only when it says so (`experiment.runs_model_code = true`).
+grid file takes them only when it says so (`experiment.runs_model_code = true`). A relative file path, and a
+module path, are looked up from the working directory.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import importlib.util
-import inspect
 import json
 import os
 import re
 import sys
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from bench.errors import BadInput
+from bench.errors import ModelRefError
 
 if TYPE_CHECKING:
-    import torch
-
     from bench.grid.cell import Cell
 
 Kind = Literal["timm", "hf-hub", "module", "file"]
 HF_PREFIX = "hf-hub:"
 DEFAULT_NUM_CLASSES = 1000
-FACTORY_OPTIONS = ("num_classes", "in_chans", "img_size")
-"""What a factory is given, when its signature names them (timm's names): the class count, channels, input size."""
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
-_CHECK_BATCH = 2  # BatchNorm in training mode needs more than one sample
-
-
-class ModelRefError(BadInput):
-    """A model reference cannot be resolved, or its model cannot train on the input asked for."""
 
 
 def kind_of(name: str) -> Kind:
@@ -87,7 +74,7 @@ def model_problem(name: str) -> str | None:
         return None if Path(target).is_file() else f"{name!r}: no such file {target}"
     if not re.fullmatch(rf"{_IDENTIFIER}(\.{_IDENTIFIER})*", target):
         return f"{name!r}: {target!r} is not a module path (package.module)"
-    _cwd_importable()
+    cwd_importable()
     try:
         found = importlib.util.find_spec(target)
     except ImportError as exc:  # a parent package is missing or fails to import
@@ -144,109 +131,21 @@ class ModelSpec:
     def describe_input(self, batch: int) -> str:
         return "x".join(str(n) for n in (batch, *self.input_shape))
 
+    def describe(self) -> str:
+        """The model and its input in words: `resnet50 224px` for square RGB and 1000 classes, more otherwise.
 
-def create(spec: ModelSpec) -> torch.nn.Module:
-    """Build the model (random weights, on the current default device); ModelRefError when it cannot be."""
-    import torch
-
-    kwargs = json.loads(spec.model_kwargs)
-    if kind_of(spec.name) in ("timm", "hf-hub"):
-        model = _timm_model(spec, kwargs)
-    else:
-        factory = _factory(spec.name)
-        model = factory(**{**_factory_options(factory, spec), **kwargs})
-    if not isinstance(model, torch.nn.Module):
-        raise ModelRefError(f"model {spec.name}: the factory returned {type(model).__name__}, not a torch.nn.Module")
-    return model
+        >>> ModelSpec("m.py:f", 32, in_chans=1, num_classes=10, model_kwargs='{"width":6}').describe()
+        'm.py:f 1x32x32 input, 10 classes, kwargs {"width":6}'
+        """
+        channels, height, width = self.input_shape
+        words = f"{self.name} {height}px" if channels == 3 and height == width else \
+            f"{self.name} {channels}x{height}x{width} input"
+        if self.num_classes != DEFAULT_NUM_CLASSES:
+            words += f", {self.num_classes} classes"
+        return words + (f", kwargs {self.model_kwargs}" if self.model_kwargs != "{}" else "")
 
 
-def check_classifier(spec: ModelSpec) -> None:
-    """Build the model and run one forward on the meta device (no weights, no compute): ModelRefError naming the
-    model, the input tried and the exception when it fails, or when the output is not one logit per class.
-    Costs what building the model costs, for a model of any size."""
-    import torch
-
-    from bench.measure.failure import first_line
-
-    tried = f"a synthetic {spec.describe_input(_CHECK_BATCH)} float32 batch"
-    try:
-        with torch.device("meta"):
-            model = create(spec)
-            output = model.train()(torch.empty(_CHECK_BATCH, *spec.input_shape))
-    except BadInput:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any failure of user code is reported in one line
-        raise ModelRefError(f"model {spec.name}: forward on {tried} failed: {type(exc).__name__}: "
-                            f"{first_line(exc)}") from None
-    shape = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
-    if shape != (_CHECK_BATCH, spec.num_classes):
-        raise ModelRefError(f"model {spec.name}: not an image classifier for this input: {tried} gave {shape}, "
-                            f"expected ({_CHECK_BATCH}, {spec.num_classes}) logits (--num-classes)")
-
-
-def _timm_model(spec: ModelSpec, kwargs: dict[str, Any]) -> torch.nn.Module:
-    import timm
-
-    name = _hub_local_dir(spec.name) if kind_of(spec.name) == "hf-hub" else spec.name
-    options = {"num_classes": spec.num_classes, **({"in_chans": spec.in_chans} if spec.in_chans != 3 else {}),
-               **kwargs}
-    _, height, width = spec.input_shape
-    # Transformers fix their position embeddings to one image size; CNNs take any size and reject the keyword.
-    try:
-        return timm.create_model(name, pretrained=False, img_size=height if height == width else (height, width),
-                                 **options)
-    except TypeError as exc:
-        if "img_size" not in str(exc):
-            raise
-        return timm.create_model(name, pretrained=False, **options)
-
-
-def _factory_options(factory: Any, spec: ModelSpec) -> dict[str, Any]:
-    """timm's keyword options the factory names in its signature (a factory taking **kwargs gets none)."""
-    _, height, width = spec.input_shape
-    offered = {"num_classes": spec.num_classes, "in_chans": spec.in_chans,
-               "img_size": height if height == width else (height, width)}
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # a builtin or C extension: no signature to read
-        return {}
-    return {name: value for name, value in offered.items() if name in parameters}
-
-
-def _factory(name: str) -> Any:
-    target, attribute = name.rsplit(":", 1)
-    module = _file_module(str(Path(target).resolve())) if kind_of(name) == "file" else _imported(target)
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ModelRefError(f"model {name}: {target} has no function {attribute}")
-    return factory
-
-
-def _imported(module: str) -> Any:
-    _cwd_importable()
-    try:
-        return importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - user code: one line, not its traceback
-        raise ModelRefError(f"model {module}: importing it failed: {type(exc).__name__}: {exc}") from None
-
-
-@cache  # one execution per file and process: every cell built from it shares its classes
-def _file_module(path: str) -> Any:
-    module_name = "bench_model_file_" + hashlib.sha1(path.encode()).hexdigest()[:10]
-    loader_spec = importlib.util.spec_from_file_location(module_name, path)
-    if loader_spec is None or loader_spec.loader is None:
-        raise ModelRefError(f"model file {path}: not a Python file")
-    module = importlib.util.module_from_spec(loader_spec)
-    sys.modules[module_name] = module  # dataclasses and pickling look classes up here
-    try:
-        loader_spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - user code: one line, not its traceback
-        del sys.modules[module_name]
-        raise ModelRefError(f"model file {path}: running it failed: {type(exc).__name__}: {exc}") from None
-    return module
-
-
-def _cwd_importable() -> None:
+def cwd_importable() -> None:
     """`package.module` is looked up in the working directory too, as `python -m` does (the `bench` script's
     sys.path holds only its own directory)."""
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -280,7 +179,7 @@ def _hub_problem(name: str) -> str | None:
             f"there is a network with `hf download {repo} config.json` (or set HF_HUB_CACHE to a cache that has it)")
 
 
-def _hub_local_dir(name: str) -> str:
+def hub_local_dir(name: str) -> str:
     """timm's `local-dir:` reference to the cached snapshot: the same config, read without the network."""
     config = _hub_config(name)
     if config is None:
