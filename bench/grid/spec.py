@@ -51,6 +51,7 @@ from pydantic import (
 from pydantic.functional_validators import AfterValidator
 
 from bench.errors import GridFileError
+from bench.frames import Tabular
 from bench.grid.cell import (
     REQUIRED,
     Cell,
@@ -202,7 +203,7 @@ class GridFile(_Strict):
 
 
 @dataclass(frozen=True)
-class Grid:
+class Grid(Tabular):
     """A validated grid resolved for one profile."""
 
     path: Path
@@ -212,6 +213,10 @@ class Grid:
     profile_description: str
     run: RunSettings
     cells: tuple[Cell, ...]
+
+    def frame_rows(self) -> list[dict]:
+        """One row per cell: its id and every field (`to_frame()`, and the table a notebook shows)."""
+        return [{"cell_id": cell.cell_id, **cell.to_dict()} for cell in self.cells]
 
 
 def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, max_cells: int = MAX_CELLS) -> Grid:

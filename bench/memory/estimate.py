@@ -23,6 +23,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools import mem_tracker
 
+from bench.frames import Tabular
 from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
 from bench.measure.memory import TracedStep, param_bytes, trace_step
@@ -86,7 +87,7 @@ CUDA_UNMODELLED = (
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Tabular):
     """What the fake step showed, and the CUDA allocator's share on top of it."""
 
     target: Target
@@ -120,6 +121,13 @@ class Estimate:
         """What the runner's `peak_memory_bytes` would be: allocated on CUDA, tracked on CPU."""
         allocated = self.peak_allocated_bytes
         return self.tracked_peak_bytes if allocated is None else allocated
+
+    def frame_rows(self) -> list[dict]:
+        """One row: the predicted peaks and their parts, in bytes (None where the target has none)."""
+        return [{"target": self.target, "peak_bytes": self.peak_bytes,
+                 "peak_allocated_bytes": self.peak_allocated_bytes, "peak_reserved_bytes": self.peak_reserved_bytes, "tracked_peak_bytes": self.tracked_peak_bytes,
+                 "params_bytes": self.params_bytes, "param_count": self.param_count,
+                 "inputs_bytes": self.inputs_bytes, "workspace_bytes": self.workspace_bytes}]
 
 
 class FakeModels:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from bench.cache import ESTIMATOR_SOURCES, DiskCache
 from bench.errors import BadInput
+from bench.frames import Tabular
 from bench.grid.cell import Cell, Profile, axes, probe_options
 from bench.grid.model_ref import ModelSpec
 from bench.isolation import fork_server
@@ -331,7 +332,7 @@ def trial_on_device(config: ProbeConfig, device: DeviceInfo, memory_limit_gib: f
 
 
 @dataclass(frozen=True)
-class ProbeResult:
+class ProbeResult(Tabular):
     """The estimator's answer and, when trials ran, the device's."""
 
     budget_bytes: float
@@ -344,6 +345,13 @@ class ProbeResult:
 
     def peak_at(self, micro_batch: int) -> float | None:
         return self.predicted_peaks.get(micro_batch)
+
+    def frame_rows(self) -> list[dict]:
+        """Every trial, the estimator's then the device's, with the estimator's peak where it traced that size."""
+        searches = [("estimate", self.predicted)] + ([("device", self.found)] if self.found else [])
+        return [{"trial": kind, "micro_batch": micro_batch, "fits": fits,
+                 "predicted_peak_bytes": self.peak_at(micro_batch)}
+                for kind, search in searches for micro_batch, fits in search.trials]
 
     @property
     def doubling_trials(self) -> int | None:
