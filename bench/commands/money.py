@@ -43,6 +43,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="checkpointing modes to predict (repeatable; default off)")
     plan.add_argument("--optimizer", choices=("adamw", "sgd", "adamw8bit"), default="adamw",
                       help="optimizer of the predicted options (default adamw)")
+    plan.add_argument("--launch-spec", type=Path, metavar="FILE.yaml",
+                      help="also write a SkyPilot task that measures the cheapest option on its instance, with "
+                           "the grid it runs (FILE.toml) and this repository at the current commit "
+                           "(FILE.src.tar.gz) beside it (docs/cloud.md)")
     plan.add_argument("--predict", choices=("auto", "always", "never"), default="auto",
                       help="throughput-model options: auto (when the rows hold no GPU row of the model: measured "
                            "rows win), always (beside the measured ones), never (default auto)")
@@ -108,6 +112,8 @@ def price_folders(args: argparse.Namespace) -> int:
 def plan_run(args: argparse.Namespace) -> int:
     model, folders = _model_and_folders(args)
     require_folders(folders)
+    if args.launch_spec and args.launch_spec.suffix not in (".yaml", ".yml"):
+        raise OptionError(f"--launch-spec {args.launch_spec}: name the task file FILE.yaml (or .yml)")
     from bench.cost.outputs import load_ok_rows, plan_text
     from bench.report.console import steps
 
@@ -130,6 +136,8 @@ def plan_run(args: argparse.Namespace) -> int:
         step.advance(f"pricing {len(rows)} rows x {len(instances)} instances")
         plan = make_plan(rows, instances, request, _assumptions(args))
         loader = _loader_costs(args, folders)
+    if args.launch_spec:
+        _write_launch_spec(plan, args, image_size)
     if args.format == "json":
         emit("plan", plan_document(plan, described, args.top, loader[0]))
     else:
@@ -150,6 +158,20 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
     if args.predict != "never":
         check_reference(model)
     return model, items
+
+
+def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -> None:
+    """The task, its grid and the source archive; what was written, on stderr (stdout holds the plan)."""
+    import sys
+
+    from bench.cost.launch import write_launch_spec
+    from bench.results.provenance import git_state
+
+    files = write_launch_spec(plan, args.launch_spec, model_extras(model_fields(args, image_size)))
+    dirty = git_state()[1]
+    print(f"launch spec: {files.task} (SkyPilot task), {files.grid.name} (the grid it runs), {files.source.name} "
+          f"(commit {files.commit[:12]}{', without the uncommitted changes' if dirty else ''}); "
+          f"sky launch -c bench {files.task}", file=sys.stderr)
 
 
 def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
