@@ -160,8 +160,9 @@ class Cell:
             + "".join(f"-{name}_{value}" for name, value in extras.items())
         )
         readable = re.sub(r"[^A-Za-z0-9_.+-]+", "_", readable)  # a path, a module:factory or JSON kwargs
-        identity = {name: value for name, value in asdict(self).items()
-                    if name not in extra_axis_defaults(type(self)) or name in extras}
+        defaults = extra_axis_defaults(type(self))  # once: a grid's expansion computes thousands of ids
+        identity = {f.name: getattr(self, f.name) for f in fields(self)  # every field is a scalar: asdict's copy
+                    if f.name not in defaults or f.name in extras}       # is not needed
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         return f"{readable}-{digest[:8]}"
 
