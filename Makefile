@@ -4,15 +4,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead bench-latency charts equivalence cost estimate estimate-speed estimate-validate predict predict-speed predict-fit predict-validate claims clean
+.PHONY: install constraints test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead bench-latency charts equivalence cost estimate estimate-speed estimate-validate predict predict-speed predict-fit predict-validate claims clean
 
 install: $(STAMP)
 
-# Re-installs only when the package metadata changes; the venv itself is kept.
-$(STAMP): pyproject.toml
+# Re-installs only when the package metadata or the pinned versions change; the venv itself is kept.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev,slurm]'  # slurm: the SLURM executor's tests need submitit
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,slurm]'  # slurm: the SLURM executor's tests need submitit
 	touch $(STAMP)
+
+# The exact versions `make install` uses, resolved again from pyproject.toml (run after changing a dependency).
+constraints: install
+	$(BIN)/python -m pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --extra dev --extra slurm --strip-extras --no-emit-index-url --no-emit-find-links \
+		--output-file constraints.txt pyproject.toml
 
 # Every test, doctests included; test-fast leaves out those marked slow (they start processes).
 test: install

@@ -3,17 +3,20 @@
 Data flows one way: spec -> cells -> runner -> rows -> (report | cost).
 
 The Python API (docs/api.md has runnable examples, executed by the tests): `load_grid`, `estimate`,
-`measure_cell`, `run_grid`, `probe`, `price`, `plan` (not `measure` or `cost`: those names are
-subpackages). Each imports what it needs when called, so
-`import bench` itself is cheap (no torch).
+`measure_cell`, `run_grid`, `probe`, `price`, `plan`, `read_rows` (not `measure` or `cost`: those names are
+subpackages). Each imports what it needs when called, so `import bench` itself is cheap (no torch). The
+objects they return have `to_frame()` (a pandas DataFrame) and show as tables in Jupyter.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
+    import pandas as pd
+
     from bench.cost.plan import Plan
     from bench.cost.price import CostTable
     from bench.grid.cell import Cell
@@ -21,7 +24,7 @@ if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
     from bench.memory.estimate import Estimate
     from bench.memory.probe import OnTrial, ProbeResult
 
-__all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan"]
+__all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan", "read_rows"]
 
 
 def load_grid(path: str | Path, profile: Literal["cuda", "cpu"] = "cuda") -> Grid:
@@ -54,13 +57,14 @@ def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto",
     from bench.measure.peak import PeakFlops, device_peak
     from bench.run.cell_measurement import CellTask
     from bench.run.cell_process import run_cell
+    from bench.grid.model_ref import ModelSpec
 
     info = detect_device(device)
     if info.type == "cpu" and results_root is None:
         peak = PeakFlops(None, "no results_root given: CPU peak not looked up, no MFU")
     else:
         peak = device_peak(info, cell.precision, Path(results_root or "results"))
-    flops = flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
+    flops = flops_per_sample(ModelSpec.of(cell), cell.image_size, cell.checkpointing)
     return run_cell(CellTask(cell, info, peak, flops, memory_limit_gib), timeout_s)
 
 
@@ -87,10 +91,19 @@ def probe(model: str, *, gpu: str | None = None, memory_gib: float | None = None
     With `gpu` (a GPU catalog key such as "A100-40GB") or `memory_gib`, from the estimator alone (peak
     reserved + 10 % headroom); otherwise predicted, then found by real trials on `device` (on a CPU
     `memory_limit_gib` is required). `axes` are the grid's (`image_size`, `precision`, `checkpointing`,
-    `optimizer`, `channels_last`, ...); `on_trial` is called with each `Trial` as it ends."""
+    `optimizer`, `channels_last`, ...) and the model's (`model_kwargs` a dict, `in_chans`, `image_width`,
+    `num_classes`); `model` is a timm name, hf-hub:ORG/NAME, package.module:factory or path/to/file.py:factory.
+    `on_trial` is called with each `Trial` as it ends."""
+    from bench.errors import ModelRefError
+    from bench.grid.model_ref import model_problem, parse_model_kwargs
     from bench.memory.budget import probe_budget
     from bench.memory.probe import ProbeConfig, probe_from_estimate, probe_on_device
 
+    problem = model_problem(model)
+    if problem:
+        raise ModelRefError(problem)
+    if isinstance(axes.get("model_kwargs"), dict):
+        axes["model_kwargs"] = parse_model_kwargs(json.dumps(axes["model_kwargs"]))
     config = ProbeConfig.of(model, accum_steps, **axes)
     budget = probe_budget(gpu=gpu, memory_gib=memory_gib, memory_limit_gib=memory_limit_gib, device=device)
     if budget.device is None:
@@ -131,6 +144,20 @@ def plan(folders: Iterable[str | Path], *, model: str, effective_batch: int, all
                           image_size=image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot)
     return make_plan(rows, instances, request, Assumptions(scaling_efficiency=scaling_efficiency, headroom=headroom,
                                                            allow_cpu_projection=allow_cpu_projection))
+
+
+def read_rows(folder: str | Path) -> pd.DataFrame:
+    """The rows of a results folder's `runs.csv` (or of the runs file named) as a DataFrame, checked and typed by
+    the one reader every command uses (`bench.results.read.read_runs`): one row per cell, the columns of
+    docs/results.md. A missing or invalid file raises `bench.errors.ResultsFileError` with a one-line message."""
+    from bench.errors import ResultsFileError
+    from bench.results.read import read_runs
+
+    path = Path(folder)
+    runs = path / "runs.csv" if path.is_dir() else path
+    if not runs.is_file():
+        raise ResultsFileError(f"{runs}: no runs file here; name a results folder such as results/smoke/<device-tag>")
+    return read_runs(runs)
 
 
 def _workload(dataset_size: int | None, epochs: float | None):

@@ -59,6 +59,11 @@ class ModelRefused(BadInput):
     key = "MODEL"
 
 
+class ModelRefError(ModelRefused):
+    """A model reference (a timm name, hf-hub:, a module path or a file) cannot be resolved, or its model cannot
+    train on the input asked for."""
+
+
 STEP_ERRORS = (RuntimeError, ValueError, TypeError, AssertionError, IndexError, KeyError, NotImplementedError)
 """What building a model or tracing its step raises when the model refuses the input (torch, timm)."""
 

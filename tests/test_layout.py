@@ -13,7 +13,7 @@ from bench.grid.cell import Cell
 from bench.grid.spec import load_grid
 
 # The data's path, lowest first. A module may import its own stage or one below it.
-STAGES = ("units", "errors", "isolation", "cache", "grid", "train", "measure", "results", "run", "memory", "speed", "cost",
+STAGES = ("units", "errors", "frames", "isolation", "cache", "grid", "train", "measure", "results", "run", "memory", "speed", "cost",
           "equivalence", "claims", "report", "commands", "cli", "__main__")
 
 

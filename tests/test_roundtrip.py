@@ -32,13 +32,16 @@ from bench.results.store import RunsFile
 
 SMOKE = (REPO / "experiments" / "smoke.toml").read_text()
 DEVICE = DeviceInfo("cpu", "Test CPU", ("fp32", "bf16", "fp16"), 2)
-TEXT_EXTREMES = {"model": ["a", "test_vit", "vit_base_patch16_224.augreg2_in21k_ft_in1k", "A" + "b.-+_" * 19 + "c" * 4],
-                 "checkpointing": ["off", "full", "last-1", f"last-{MAX_CHECKPOINT_BLOCKS}"]}
+TEXT_EXTREMES = {"model": ["a", "test_vit", "vit_base_patch16_224.augreg2_in21k_ft_in1k", "hf-hub:timm/resnet18.a1_in1k",
+                           "my_package.models:make_net", "path/to/file.py:factory", "./mymodel.py:factory", "A" + "b.-+_/:@" * 24 + "c" * 7],
+                 "checkpointing": ["off", "full", "last-1", f"last-{MAX_CHECKPOINT_BLOCKS}"],
+                 "model_kwargs": ["{}", '{"depth": 2, "drop_rate": 0.1}', "{" + '"k": 1, ' * 13 + '"last": [1, 2]}']}
 
 
 def _toml(value: object) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else (f'"{value}"' if isinstance(value, str)
-                                                                            else str(value))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"'{value}'" if isinstance(value, str) else str(value)  # a literal string: JSON's quotes stay as they are
 
 
 def _extremes(name: str) -> list[object]:
@@ -119,7 +122,8 @@ def test_the_longest_cell_id_the_grid_can_make_is_read_back(tmp_path):
 
 @pytest.mark.parametrize("name,value", [("checkpointing", f"last-{MAX_CHECKPOINT_BLOCKS + 1}"),
                                         ("checkpointing", "last-" + "9" * 5000),
-                                        ("model", "resnet50." + "a" * 200), ("model", "resnet50.a/b"),
+                                        ("model", "resnet50." + "a" * 200), ("model", "resnet50 a"),
+                                        ("model_kwargs", "{" + '"k": 1, ' * 20 + "}"),
                                         ("image_size", axes()["image_size"].maximum + 1)])
 def test_a_value_past_the_bounds_is_refused_by_the_grid_naming_the_key(name, value, write_grid):
     from bench.errors import GridFileError

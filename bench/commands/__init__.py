@@ -6,6 +6,7 @@ from bench.commands import (
     data,
     equivalence,
     grids,
+    measure,
     memory,
     money,
     peak,
@@ -13,4 +14,4 @@ from bench.commands import (
     speed,
 )
 
-GROUPS = (grids, data, report, money, catalog, memory, speed, equivalence, claims, peak)
+GROUPS = (grids, measure, data, report, money, catalog, memory, speed, equivalence, claims, peak)

@@ -14,6 +14,7 @@ EXAMPLES = {
     "predict": "bench predict experiments/resnet50.toml --gpu H100-80GB",
     "estimate": "bench estimate experiments/resnet50.toml",
     "probe": "bench probe resnet50 --gpu A100-40GB --precision bf16",
+    "measure": "bench measure resnet50 --micro-batch 32 --accum 4 --precision bf16 --checkpointing full --optimizer adamw8bit",
     "equivalence": "bench equivalence resnet50 --effective-batch 32 --accum 4",
     "claims": "bench claims --results results",
     "peak": "bench peak --device cpu",

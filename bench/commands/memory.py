@@ -14,9 +14,16 @@ from bench.commands.common import (
     positive_int,
 )
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
-from bench.errors import OptionError, refused_step
+from bench.commands.model_options import (
+    MODEL_HELP,
+    add_model_options,
+    check_built,
+    check_reference,
+    model_fields,
+)
+from bench.errors import refused_step
 from bench.grid.cell import choices, field_docs, field_types, probe_options
-from bench.grid.spec import load_grid, timm_model_problem
+from bench.grid.spec import load_grid
 from bench.memory.fit import DEFAULT_HEADROOM
 
 
@@ -33,8 +40,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     probe = commands.add_parser("probe", help="the largest micro-batch that fits: estimated, then found by real runs")
     probe.set_defaults(handler=probe_model)
-    probe.add_argument("model", metavar="MODEL", help="timm model name, random init")
-    _add_axis_options(probe)
+    probe.add_argument("model", metavar="MODEL", help=MODEL_HELP + "; random init")
+    add_axis_options(probe)
+    add_model_options(probe)
     probe.add_argument("--accum-steps", type=positive_int, default=1, help="micro-batches per optimizer step (default 1)")
     answer = probe.add_mutually_exclusive_group()
     answer.add_argument("--memory-gib", type=positive, help="answer from the estimator alone for a GPU with this much memory")
@@ -52,7 +60,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_format_option(probe)
 
 
-def _add_axis_options(probe: argparse.ArgumentParser) -> None:
+def add_axis_options(probe: argparse.ArgumentParser) -> None:
     """One option per axis the probe takes (`bench.grid.cell.probe_options`), typed as the grid's."""
     for name, default in probe_options().items():
         flag, doc = "--" + name.replace("_", "-"), field_docs()[name]
@@ -103,9 +111,8 @@ def probe_model(args: argparse.Namespace) -> int:
 
     from bench.memory.budget import probe_budget
 
-    problem = timm_model_problem(args.model)
-    if problem:
-        raise OptionError(f"MODEL: {problem}")
+    check_reference(args.model)
+    fields = model_fields(args, args.image_size)
     budgets = [probe_budget(gpu=gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
                             device=args.device, headroom=args.headroom) for gpu in args.gpu or [None]]
     from bench.memory.probe import (  # late: the estimator loads torch; the input is checked by now
@@ -116,7 +123,9 @@ def probe_model(args: argparse.Namespace) -> int:
         probe_on_device,
     )
 
-    config = ProbeConfig.of(args.model, args.accum_steps, **{name: getattr(args, name) for name in probe_options()})
+    config = ProbeConfig.of(args.model, args.accum_steps,
+                            **{**{name: getattr(args, name) for name in probe_options()}, **fields})
+    check_built(config.base)
     # Each trial as it ends, on stderr: the answer alone goes to stdout.
     def show(trial) -> None:
         print(f"  {trial.describe()}", file=sys.stderr, flush=True)

@@ -15,6 +15,14 @@ from bench.commands.common import (
     require_folders,
 )
 from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
+from bench.commands.model_options import (
+    MODEL_HELP,
+    add_model_options,
+    check_built,
+    check_reference,
+    model_extras,
+    model_fields,
+)
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
 from bench.cost.price import Assumptions, Workload, price_rows
@@ -27,7 +35,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan = commands.add_parser("plan", help="rank instance x configuration by dollars per run for a target batch "
                                             "(measured rows where given, the throughput model elsewhere)")
     plan.set_defaults(handler=plan_run)
-    plan.add_argument("--model", help="timm model name, as in the rows (or give it first: bench plan MODEL ...)")
+    plan.add_argument("--model", help=MODEL_HELP + ", as in the rows (or give it first: bench plan MODEL ...)")
+    add_model_options(plan)
     plan.add_argument("--effective-batch", type=positive_int, required=True, help="samples per optimizer step, all GPUs")
     plan.add_argument("--image-size", type=axis_value("image_size"), help="only rows at this image size")
     plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
@@ -42,6 +51,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="checkpointing modes to predict (repeatable; default off)")
     plan.add_argument("--optimizer", choices=("adamw", "sgd", "adamw8bit"), default="adamw",
                       help="optimizer of the predicted options (default adamw)")
+    plan.add_argument("--launch-spec", type=Path, metavar="FILE.yaml",
+                      help="also write a SkyPilot task that measures the cheapest option on its instance, with "
+                           "the grid it runs (FILE.toml) and this repository at the current commit "
+                           "(FILE.src.tar.gz) beside it (docs/cloud.md)")
     plan.add_argument("--predict", choices=("auto", "always", "never"), default="auto",
                       help="throughput-model options: auto (when the rows hold no GPU row of the model: measured "
                            "rows win), always (beside the measured ones), never (default auto)")
@@ -108,6 +121,8 @@ def price_folders(args: argparse.Namespace) -> int:
 def plan_run(args: argparse.Namespace) -> int:
     model, folders = _model_and_folders(args)
     require_folders(folders)
+    if args.launch_spec and args.launch_spec.suffix not in (".yaml", ".yml"):
+        raise OptionError(f"--launch-spec {args.launch_spec}: name the task file FILE.yaml (or .yml)")
     from bench.cost.outputs import load_ok_rows, plan_text
     from bench.report.console import steps
 
@@ -120,7 +135,8 @@ def plan_run(args: argparse.Namespace) -> int:
             rows += load_ok_rows(folder)
         measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
         predicting = args.predict == "always" or (args.predict == "auto" and not measured_gpu)
-        image_size = args.image_size or (224 if predicting and not measured_gpu else None)
+        image_size = model_fields(args, args.image_size)["image_size"] or (224 if predicting and not measured_gpu
+                                                                            else None)
         if predicting:
             rows += _predicted_rows(args, model, image_size or _measured_size(rows, model), instances)
         request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
@@ -129,6 +145,8 @@ def plan_run(args: argparse.Namespace) -> int:
         step.advance(f"pricing {len(rows)} rows x {len(instances)} instances")
         plan = make_plan(rows, instances, request, _assumptions(args))
         loader = _loader_costs(args, folders)
+    if args.launch_spec:
+        _write_launch_spec(plan, args, image_size)
     if args.format == "json":
         emit("plan", plan_document(plan, described, args.top, loader[0]))
     else:
@@ -138,8 +156,6 @@ def plan_run(args: argparse.Namespace) -> int:
 
 def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
     """`bench plan MODEL [RESULTS_DIR...]`, or `bench plan --model MODEL RESULTS_DIR...`."""
-    from bench.grid.spec import timm_model_problem
-
     items = list(args.folders)
     if args.model is None:
         if not items or items[0].is_dir():
@@ -149,10 +165,22 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
     else:
         model = args.model
     if args.predict != "never":
-        problem = timm_model_problem(model)
-        if problem:
-            raise OptionError(f"MODEL: {problem}")
+        check_reference(model)
     return model, items
+
+
+def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -> None:
+    """The task, its grid and the source archive; what was written, on stderr (stdout holds the plan)."""
+    import sys
+
+    from bench.cost.launch import write_launch_spec
+    from bench.results.provenance import git_state
+
+    files = write_launch_spec(plan, args.launch_spec, model_extras(model_fields(args, image_size)))
+    dirty = git_state()[1]
+    print(f"launch spec: {files.task} (SkyPilot task), {files.grid.name} (the grid it runs), {files.source.name} "
+          f"(commit {files.commit[:12]}{', without the uncommitted changes' if dirty else ''}); "
+          f"sky launch -c bench {files.task}", file=sys.stderr)
 
 
 def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
@@ -185,7 +213,8 @@ def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, insta
     candidates = PlanCandidates(model=model, image_size=image_size, effective_batch=args.effective_batch, gpus=gpus,
                                 precisions=tuple(args.precision) or DEFAULT_PRECISIONS,
                                 checkpointing=tuple(args.checkpointing) or ("off",), optimizer=args.optimizer,
-                                headroom=args.headroom)
+                                headroom=args.headroom, model_options=model_extras(model_fields(args, image_size)))
+    check_built(candidates.cell(1, "fp32", "off"))
     progress = Progress()
     with refused_step(model, f"{image_size} px"):
         rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)

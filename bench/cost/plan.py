@@ -26,6 +26,7 @@ from bench.cost.price import (
     price_line,
 )
 from bench.errors import BadInput
+from bench.frames import Tabular
 
 
 class PlanError(BadInput):
@@ -110,7 +111,7 @@ class Option:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Tabular):
     """Options ranked cheapest first, what was left out and why, and why the winner wins."""
 
     request: PlanRequest
@@ -124,6 +125,14 @@ class Plan:
     @property
     def oldest_price_observed(self) -> str | None:
         return min((option.line.instance.observed for option in self.options), default=None)
+
+    def frame_rows(self) -> list[dict]:
+        """One row per option, cheapest first (`to_frame()`, and the table a notebook shows)."""
+        return [{"rank": rank, "usd_per_run": option.usd_per_run, "hours_per_run": option.hours_per_run,
+                 "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
+                 "instance": option.line.instance.label, "configuration": option.configuration,
+                 "accum_steps_per_gpu": option.accum_steps_per_gpu, "evidence": option.evidence}
+                for rank, option in enumerate(self.options, start=1)]
 
 
 def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request: PlanRequest,

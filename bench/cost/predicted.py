@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from bench.cost.price import MeasuredRow
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import gpu_spec
 from bench.measure.utilization import utilization_pct
@@ -46,6 +47,15 @@ class PlanCandidates:
     optimizer: str = "adamw"
     channels_last: bool = True
     headroom: float = 0.10
+    model_options: dict[str, Any] = field(default_factory=dict)
+    """The cells' model fields beyond model and image_size (model_kwargs, in_chans, image_width, num_classes)."""
+
+    def cell(self, micro_batch: int, precision: str, checkpointing: str) -> Cell:
+        """A traced cell: K = 2, one warm-up and one measured step."""
+        return Cell(experiment="plan", profile="cuda", model=self.model, image_size=self.image_size,
+                    micro_batch=micro_batch, accum_steps=2, precision=precision, checkpointing=checkpointing,
+                    optimizer=self.optimizer, channels_last=self.channels_last, warmup_steps=1, measured_steps=1,
+                    **self.model_options)
 
 
 @dataclass
@@ -112,11 +122,7 @@ def predicted_plan_rows(request: PlanCandidates, on_trace: Callable[[str], None]
 def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, models: FakeModels) -> Traced:
     points = []
     for micro_batch in TRACED_MICRO_BATCHES:
-        cell = Cell(experiment="plan", profile="cuda", model=request.model, image_size=request.image_size,
-                    micro_batch=micro_batch, accum_steps=2, precision=precision, checkpointing=checkpointing,
-                    optimizer=request.optimizer, channels_last=request.channels_last, warmup_steps=1,
-                    measured_steps=1)
-        estimate, ops = trace_cell(cell, models)
+        estimate, ops = trace_cell(request.cell(micro_batch, precision, checkpointing), models)
         points.append((micro_batch, float(estimate.peak_reserved_bytes), ops))
     return Traced(*points)
 
@@ -139,7 +145,8 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
         ops = ops.with_dtype("bfloat16", "float16")
     step = step_time(ops.for_step(accum_steps), rates, model_file.params)
     samples_per_s = request.effective_batch / step.step_time_s
-    flops = flops_per_sample(request.model, request.image_size, checkpointing)
+    flops = flops_per_sample(ModelSpec.of(request.cell(1, precision, checkpointing)), request.image_size,
+                             checkpointing)
     peak = _whole_segments(traced.peak_bytes(micro_batch))
     basis = f"{model_file.basis()}, {step.bound}-bound" + ("; fp16 from the bf16 trace" if precision == "fp16" else "")
     return MeasuredRow(cell_id=f"predicted-{request.model}-{request.image_size}px-{micro_batch}x{accum_steps}-"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
 from bench.cost.catalog import Instance
+from bench.frames import Tabular
 from bench.measure.hardware import GpuSpec, find_gpu
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
 from bench.units import GIB
@@ -397,7 +398,7 @@ class Refusal:
 
 
 @dataclass(frozen=True)
-class CostTable:
+class CostTable(Tabular):
     """Every (row, instance) line, the rows refused outright, and what the numbers assume."""
 
     lines: tuple[CostLine, ...]
@@ -413,6 +414,12 @@ class CostTable:
     def oldest_price_observed(self) -> str | None:
         """The oldest `observed` date among the prices actually used; None if nothing was priced."""
         return min((line.instance.observed for line in self.priced), default=None)
+
+    def frame_rows(self) -> list[dict]:
+        """Every line as cost.csv writes it (`to_frame()`, and the table a notebook shows)."""
+        from bench.cost.outputs import record  # outputs builds on this module
+
+        return [record(line, self.workload.samples_per_run) for line in self.lines]
 
 
 DATA_PARALLEL_REFUSAL = ("data-parallel row (world_size > 1): its measured scaling efficiency prices the "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Mapping, get_args
+from typing import Mapping, get_args
 
 import torch
 from torch import nn
@@ -35,7 +35,7 @@ from torch.nn.modules.batchnorm import (
     _BatchNorm,  # every BatchNorm flavour, SyncBatchNorm included
 )
 
-from bench.equivalence.variants import VARIANTS, DType, Split, Variant
+from bench.equivalence.variants import VARIANTS, DType, Norm, Setup, Split, Variant
 from bench.errors import BadInput
 from bench.grid.cell import OptimizerName
 from bench.grid.spec import timm_model_problem

@@ -22,7 +22,7 @@ from bench.equivalence.compare import (
     compare,
     prepare,
 )
-from bench.equivalence.variants import STUDY_ACCUM_STEPS, STUDY_MODELS, VARIANTS
+from bench.equivalence.variants import VARIANTS
 from bench.measure.device import DeviceInfo
 from bench.results.provenance import provenance, utc_now
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cache
@@ -22,10 +23,11 @@ MAX_CHECKPOINT_BLOCKS = 999
 """Largest N of `last-<N>`: more blocks than any timm model has (the run checks the model's own count)."""
 CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]{0,2})$"
 """Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks, N <= 999)."""
-MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$"
-"""A timm model name (a pretrained tag after the dot allowed): the characters a cell id may hold, at most 100."""
-CELL_ID_MAX_CHARS = 512
-"""Longest cell id: the longest model name with every axis at its longest value makes about 380 characters."""
+MODEL_PATTERN = r"^[A-Za-z0-9_.][A-Za-z0-9_.+/:@-]{0,199}$"
+"""A model reference (a timm name with its pretrained tag, hf-hub:ORG/NAME, module:factory, file.py:factory): the
+characters a cell id may hold once `/` and `:` are replaced, at most 200."""
+CELL_ID_MAX_CHARS = 640
+"""Longest cell id: the longest model reference and kwargs with every axis at its longest value make about 550."""
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
 Profile = Literal["cuda", "cpu"]
 DdpSync = Literal["no_sync", "every_step"]
@@ -91,7 +93,8 @@ class Cell:
 
     experiment: str = described("grid name (experiment.name)")
     profile: Profile = described("cuda (the grid as written) or cpu (its CPU profile)")
-    model: str = axis("timm model name, random init", pattern=MODEL_PATTERN)
+    model: str = axis("timm name, hf-hub:ORG/NAME, package.module:factory or path/to/file.py:factory (code: not from "
+                      "a grid file unless it says experiment.runs_model_code); random init", pattern=MODEL_PATTERN)
     image_size: int = axis("square input side, pixels (at most 4096)", minimum=1, maximum=4096)
     micro_batch: int = described("samples per forward/backward")
     accum_steps: int = described("micro-batches per optimizer step (K)")
@@ -131,6 +134,13 @@ class Cell:
                                maximum=256, probe_option=False)
     attention: Attention = axis("sdpa (fused scaled-dot-product attention) | eager (timm's explicit softmax, "
                                 "fused_attn off)", default="sdpa", extra=True)
+    model_kwargs: str = axis("keyword arguments of the model's factory, a JSON object ({}: none)", default="{}",
+                             extra=True, pattern=r"^\{.{0,118}\}$", probe_option=False)
+    in_chans: int = axis("input channels", default=3, extra=True, minimum=1, maximum=1024, probe_option=False)
+    image_width: int = axis("input width, pixels; 0: square (image_size)", default=0, extra=True, minimum=0,
+                            maximum=4096, probe_option=False)
+    num_classes: int = axis("classifier outputs; labels are drawn from range(num_classes)", default=1000, extra=True,
+                            minimum=1, maximum=1_000_000, probe_option=False)
 
     @property
     def effective_batch(self) -> int:
@@ -156,8 +166,11 @@ class Cell:
             f"{'-cl' if self.channels_last else ''}"
             + "".join(f"-{name}_{value}" for name, value in extras.items())
         )
-        identity = {name: value for name, value in asdict(self).items()
-                    if name not in extra_axis_defaults(type(self)) or name in extras}
+        readable = re.sub(r"[^A-Za-z0-9_.+-]+", "_", readable)  # a path, a module:factory or JSON kwargs
+        readable = re.sub(r"^[^A-Za-z0-9]+", "", readable)  # `./model.py:f`: an id starts with a letter or digit
+        defaults = extra_axis_defaults(type(self))  # once: a grid's expansion computes thousands of ids
+        identity = {f.name: getattr(self, f.name) for f in fields(self)  # every field is a scalar: asdict's copy
+                    if f.name not in defaults or f.name in extras}       # is not needed
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         return f"{readable}-{digest[:8]}"
 

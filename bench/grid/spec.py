@@ -52,6 +52,7 @@ from pydantic import (
 from pydantic.functional_validators import AfterValidator
 
 from bench.errors import GridFileError
+from bench.frames import Tabular
 from bench.grid.cell import (
     MODEL_PATTERN,
     REQUIRED,
@@ -82,6 +83,9 @@ class ExperimentInfo(_Strict):
     """Experiment name (letters, digits, _ and -, at most 64); also the results folder name."""
     description: str = ""
     """What the study asks, in a sentence."""
+    runs_model_code: bool = False
+    """Allow `grid.model` to name code (package.module:factory, path/to/file.py:factory), which runs when the cells
+    are built; without it a grid file names timm and hf-hub: models only."""
 
 
 def _value_type(name: str) -> Any:
@@ -201,7 +205,7 @@ class GridFile(_Strict):
 
 
 @dataclass(frozen=True)
-class Grid:
+class Grid(Tabular):
     """A validated grid resolved for one profile."""
 
     path: Path
@@ -211,6 +215,10 @@ class Grid:
     profile_description: str
     run: RunSettings
     cells: tuple[Cell, ...]
+
+    def frame_rows(self) -> list[dict]:
+        """One row per cell: its id and every field (`to_frame()`, and the table a notebook shows)."""
+        return [{"cell_id": cell.cell_id, **cell.to_dict()} for cell in self.cells]
 
 
 def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, max_cells: int = MAX_CELLS) -> Grid:
@@ -235,7 +243,7 @@ def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, 
         raise GridFileError(f"{path}: grid: {count:,} cells (the product of the axes' lengths) is over the limit of "
                             f"{max_cells:,}; split the grid, or pass --max-cells {count} if it is meant")
     if check_models:
-        _check_models(grid_axes.model, path)
+        _check_models(grid_axes.model, path, spec.experiment.runs_model_code)
     cells = tuple(_expand(spec.experiment.name, profile, grid_axes, run))
     if not cells:
         raise GridFileError(f"{path}: grid.exclude: every cell is excluded; nothing would run")
@@ -406,9 +414,14 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
     return model
 
 
-def _check_models(names: list[str], path: Path) -> None:
+def _check_models(names: list[str], path: Path, runs_model_code: bool = False) -> None:
+    from bench.grid.model_ref import model_problem, runs_code
+
     for index, name in enumerate(names):
-        problem = timm_model_problem(name)
+        problem = model_problem(name)
+        if runs_code(name) and not runs_model_code:
+            problem = (f"{name!r} names code, which runs when the model is built; a grid file runs it only with "
+                       "experiment.runs_model_code = true")
         if problem:
             raise GridFileError(f"{path}: grid.model[{index}]: {problem}")
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.train.models import NUM_CLASSES, build_model
+from bench.grid.model_ref import ModelSpec
+from bench.train.models import build_model
 
 _COUNT_BATCH = 2  # every op here is linear in the batch; 2 keeps BatchNorm in training form
 
@@ -27,7 +28,7 @@ class FlopsPerSample:
     """What the hardware executes, activation-checkpoint recompute included (HFU)."""
 
 
-def flops_per_sample(model_name: str, image_size: int, checkpointing: str) -> FlopsPerSample:
+def flops_per_sample(model: str | ModelSpec, image_size: int, checkpointing: str) -> FlopsPerSample:
     """Training FLOPs per sample (2 per multiply-accumulate, forward + backward).
 
     Example:
@@ -35,17 +36,18 @@ def flops_per_sample(model_name: str, image_size: int, checkpointing: str) -> Fl
         >>> f.hardware > f.model
         True
     """
-    model_flops = _count(model_name, image_size, "off")
-    hardware_flops = model_flops if checkpointing == "off" else _count(model_name, image_size, checkpointing)
+    spec = model if isinstance(model, ModelSpec) else ModelSpec(model, image_size)
+    model_flops = _count(spec, "off")
+    hardware_flops = model_flops if checkpointing == "off" else _count(spec, checkpointing)
     return FlopsPerSample(model=model_flops, hardware=hardware_flops)
 
 
 @lru_cache(maxsize=None)
-def _count(model_name: str, image_size: int, checkpointing: str) -> float:
-    model = build_model(model_name, image_size, checkpointing=checkpointing, device="meta")
-    images = torch.empty(_COUNT_BATCH, 3, image_size, image_size, device="meta")
+def _count(spec: ModelSpec, checkpointing: str) -> float:
+    model = build_model(spec, checkpointing=checkpointing, device="meta")
+    images = torch.empty(_COUNT_BATCH, *spec.input_shape, device="meta")
     labels = torch.zeros(_COUNT_BATCH, dtype=torch.long, device="meta")
     counter = FlopCounterMode(display=False)
     with counter:
-        F.cross_entropy(model(images), labels % NUM_CLASSES).backward()
+        F.cross_entropy(model(images), labels % spec.num_classes).backward()
     return counter.get_total_flops() / _COUNT_BATCH

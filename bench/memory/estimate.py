@@ -24,9 +24,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.distributed._tools import mem_tracker
 
+from bench.frames import Tabular
 from bench.grid.cell import Cell
-from bench.memory.cuda_autocast import cuda_autocast_policy
+from bench.grid.model_ref import ModelSpec
 from bench.measure.memory import TracedStep, param_bytes, trace_step
+from bench.memory.cuda_autocast import cuda_autocast_policy
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
 from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
@@ -92,7 +94,7 @@ CUDA_UNMODELLED = (
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Tabular):
     """What the fake step showed, and the CUDA allocator's share on top of it."""
 
     target: Target
@@ -133,6 +135,13 @@ class Estimate:
         """What the runner's `peak_memory_bytes` would be: allocated on CUDA, tracked on CPU."""
         allocated = self.peak_allocated_bytes
         return self.tracked_peak_bytes if allocated is None else allocated
+
+    def frame_rows(self) -> list[dict]:
+        """One row: the predicted peaks and their parts, in bytes (None where the target has none)."""
+        return [{"target": self.target, "peak_bytes": self.peak_bytes,
+                 "peak_allocated_bytes": self.peak_allocated_bytes, "peak_reserved_bytes": self.peak_reserved_bytes, "tracked_peak_bytes": self.tracked_peak_bytes,
+                 "params_bytes": self.params_bytes, "param_count": self.param_count,
+                 "inputs_bytes": self.inputs_bytes, "workspace_bytes": self.workspace_bytes}]
 
 
 def attention_kernel(cell: Cell, target: Target, capability: tuple[int, int] | None = None) -> AttentionKernel:
@@ -185,9 +194,9 @@ class FakeModels:
         self._models: dict[tuple, torch.nn.Module] = {}
 
     def get(self, cell: Cell) -> torch.nn.Module:
-        key = (cell.model, cell.image_size, cell.checkpointing, cell.channels_last, cell.attention)
+        key = (ModelSpec.of(cell), cell.checkpointing, cell.channels_last, cell.attention)
         if key not in self._models:
-            model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
+            model = build_model(key[0], checkpointing=cell.checkpointing,
                                 channels_last=cell.channels_last, attention=cell.attention, device="meta")
             with self.mode:
                 self._models[key] = model.to_empty(device="cpu")
@@ -234,8 +243,10 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
         if cuda:
             _multi_tensor_updates(optimizer)
         scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
+        spec = ModelSpec.of(cell)
         batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
-                                device="cpu", seed=cell.seed)
+                                device="cpu", seed=cell.seed, input_shape=spec.input_shape,
+                                num_classes=spec.num_classes)
         micro_batches = [batch] * (accum_steps or cell.accum_steps)
 
         def run_step(on_phase: PhaseHook | None = None):

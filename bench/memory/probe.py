@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 from bench.cache import ESTIMATOR_SOURCES, DiskCache
 from bench.errors import BadInput
+from bench.frames import Tabular
 from bench.grid.cell import Cell, Profile, axes, probe_options
+from bench.grid.model_ref import ModelSpec
 from bench.isolation import fork_server
 from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
@@ -120,14 +122,14 @@ class ProbeConfig:
     @property
     def smallest_micro_batch(self) -> int:
         """2 for a BatchNorm model (one sample has no batch statistics to train on), else 1."""
-        return 2 if has_batch_norm(self.base.model, self.base.image_size) else 1
+        return 2 if has_batch_norm(ModelSpec.of(self.base)) else 1
 
     def describe(self) -> str:
         """`resnet50 224px fp32 ckpt off adamw, K=1`, plus the axes away from their default."""
         cell = self.base
         extras = "".join(f", {name} {getattr(cell, name)}" for name, default in probe_options().items()
                          if axes()[name].extra and getattr(cell, name) != default)
-        return (f"{cell.model} {cell.image_size}px {cell.precision} ckpt {cell.checkpointing} "
+        return (f"{ModelSpec.of(cell).describe()} {cell.precision} ckpt {cell.checkpointing} "
                 f"{cell.optimizer}{' channels-last' if cell.channels_last else ''}, K={cell.accum_steps}{extras}")
 
 
@@ -338,7 +340,7 @@ def trial_on_device(config: ProbeConfig, device: DeviceInfo, memory_limit_gib: f
 
 
 @dataclass(frozen=True)
-class ProbeResult:
+class ProbeResult(Tabular):
     """The estimator's answer and, when trials ran, the device's."""
 
     budget_bytes: float
@@ -351,6 +353,13 @@ class ProbeResult:
 
     def peak_at(self, micro_batch: int) -> float | None:
         return self.predicted_peaks.get(micro_batch)
+
+    def frame_rows(self) -> list[dict]:
+        """Every trial, the estimator's then the device's, with the estimator's peak where it traced that size."""
+        searches = [("estimate", self.predicted)] + ([("device", self.found)] if self.found else [])
+        return [{"trial": kind, "micro_batch": micro_batch, "fits": fits,
+                 "predicted_peak_bytes": self.peak_at(micro_batch)}
+                for kind, search in searches for micro_batch, fits in search.trials]
 
     @property
     def doubling_trials(self) -> int | None:

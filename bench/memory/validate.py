@@ -25,7 +25,6 @@ from timm.utils import decay_batch_step
 from bench.grid.cell import Cell
 from bench.memory.estimate import FakeModels, estimate_cell
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
-from bench.units import GIB
 
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "reference" / "timm_rtx3090_train_amp.csv"
 START_BATCH = 512

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import synthetic_input_default
 from bench.measure.device import cpu_model_name
 from bench.measure.input_pipeline import (
@@ -258,8 +259,10 @@ def open_input(cell: Cell, device: torch.device, data: ImageData | None = None) 
     """The cell's input source, its workers stopped on the way out. `data`: the runner's resolved data
     set (`bench.train.data.open_data`); without one, the default generated set."""
     if cell.input == "synthetic":
+        spec = ModelSpec.of(cell)
         yield SyntheticInput(synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
-                                             device=device, seed=cell.seed))
+                                             device=device, seed=cell.seed, input_shape=spec.input_shape,
+                                             num_classes=spec.num_classes))
         return
     gpu_decode = cell.input == "loader_gpu_decode"
     if gpu_decode and device.type != "cuda":

@@ -21,6 +21,7 @@ import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
 import torch
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line, is_out_of_memory
 from bench.measure.flops import FlopsPerSample
@@ -118,7 +119,7 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
     cell, device = task.cell, torch.device(task.device.type)
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
-    model = build_model(cell.model, cell.image_size, checkpointing=cell.checkpointing,
+    model = build_model(ModelSpec.of(cell), checkpointing=cell.checkpointing,
                         channels_last=cell.channels_last, attention=cell.attention, device=device)
     if distribution:
         model = distribution.wrap(model)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import Grid, with_world_size
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line
@@ -136,7 +137,7 @@ def flops_by_cell(cells: Sequence[Cell]) -> dict[str, FlopsPerSample | None]:
     failed: set[str] = set()
     by_cell = {}
     for cell in cells:
-        key = (cell.model, cell.image_size, cell.checkpointing)
+        key = (ModelSpec.of(cell), cell.image_size, cell.checkpointing)
         if key not in counted:
             counted[key] = None
             if cell.model not in failed:

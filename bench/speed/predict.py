@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import Grid
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
@@ -74,7 +75,7 @@ def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None 
     rates = gpu_rates(spec, cell.precision)
     step = step_time(ops.for_step(cell.accum_steps), rates, model.params)
     samples_per_s = cell.effective_batch / step.step_time_s
-    flops = flops_per_sample(cell.model, cell.image_size, cell.checkpointing)
+    flops = flops_per_sample(ModelSpec.of(cell), cell.image_size, cell.checkpointing)
     peak = rates.headline_peak_flops_per_s
     return Prediction(spec.gpu, step, samples_per_s, peak,
                       f"datasheet: {spec.gpu} {PEAK_COLUMN[cell.precision]} ({spec.source})",

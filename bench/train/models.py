@@ -1,18 +1,24 @@
-"""Model construction: timm with random init, checkpointing and memory format applied."""
+"""Model construction: random init (timm, hf-hub or a factory: `bench.grid.model_ref`), checkpointing and memory
+format applied."""
 
 from __future__ import annotations
 
-import timm
+import timm  # noqa: F401 - imported here so the fork server's cells start with it (bench.isolation)
 import torch
 from torch.utils.checkpoint import checkpoint
 
-NUM_CLASSES = 1000
+from bench.errors import ModelRefError
+from bench.grid.model_ref import DEFAULT_NUM_CLASSES, ModelSpec
+from bench.train.model_build import create
+
+NUM_CLASSES = DEFAULT_NUM_CLASSES
 
 
-def build_model(name: str, image_size: int, *, checkpointing: str = "off",
+def build_model(name: str | ModelSpec, image_size: int | None = None, *, checkpointing: str = "off",
                 channels_last: bool = False, attention: str = "sdpa",
                 device: torch.device | str = "cpu") -> torch.nn.Module:
-    """A timm model in train mode, random weights, on `device`.
+    """A model in train mode, random weights, on `device`: `name` a timm name (square RGB input of `image_size`
+    pixels, 1000 classes) or a `ModelSpec`.
 
     `attention="eager"` turns off timm's fused attention (`fused_attn`) in every block: an
     explicit softmax between two matmuls, as timm ran before PyTorch had fused attention.
@@ -22,13 +28,18 @@ def build_model(name: str, image_size: int, *, checkpointing: str = "off",
         >>> model.training
         True
     """
+    spec = _spec(name, image_size)
     with torch.device(device):
-        model = _create(name, image_size)
+        model = create(spec)
     if attention == "eager":
         for module in model.modules():
             if hasattr(module, "fused_attn"):
                 module.fused_attn = False
-    model.set_grad_checkpointing(checkpointing == "full")
+    if hasattr(model, "set_grad_checkpointing"):
+        model.set_grad_checkpointing(checkpointing == "full")
+    elif checkpointing == "full":
+        raise ModelRefError(f"checkpointing full: model {spec.name} has no set_grad_checkpointing (timm's); use "
+                       "last-<N> for its `blocks` or `layer1..4`, or off")
     if checkpointing.startswith("last-"):
         checkpoint_last_blocks(model, int(checkpointing.removeprefix("last-")))
     if channels_last:
@@ -36,7 +47,7 @@ def build_model(name: str, image_size: int, *, checkpointing: str = "off",
     return model.train()
 
 
-def has_batch_norm(name: str, image_size: int) -> bool:
+def has_batch_norm(name: str | ModelSpec, image_size: int | None = None) -> bool:
     """Whether the model normalises over the batch (BatchNorm), which cannot train on one sample
     once a layer's output is 1x1: its per-channel statistics then have a single value.
 
@@ -44,7 +55,7 @@ def has_batch_norm(name: str, image_size: int) -> bool:
     (True, False)
     """
     with torch.device("meta"):  # the layer types only: no weights allocated
-        model = _create(name, image_size)
+        model = create(_spec(name, image_size))
     return any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in model.modules())
 
 
@@ -78,23 +89,23 @@ def checkpoint_last_blocks(model: torch.nn.Module, count: int) -> None:
         setattr(container, name, _Checkpointed(getattr(container, name)))
 
 
-def _create(name: str, image_size: int) -> torch.nn.Module:
-    # Transformers fix their position embeddings to one image size; CNNs take any size
-    # and reject the keyword.
-    try:
-        return timm.create_model(name, pretrained=False, num_classes=NUM_CLASSES, img_size=image_size)
-    except TypeError as exc:
-        if "img_size" not in str(exc):
-            raise
-        return timm.create_model(name, pretrained=False, num_classes=NUM_CLASSES)
+def _spec(name: str | ModelSpec, image_size: int | None) -> ModelSpec:
+    if isinstance(name, ModelSpec):
+        return name
+    if image_size is None:
+        raise TypeError("build_model: a model name needs its image_size")
+    return ModelSpec(name, image_size)
 
 
 def synthetic_batch(micro_batch: int, image_size: int, *, channels_last: bool,
-                    device: torch.device | str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random images and labels, created directly on `device`."""
+                    device: torch.device | str, seed: int = 0, input_shape: tuple[int, int, int] | None = None,
+                    num_classes: int = NUM_CLASSES) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random images and labels, created directly on `device`: square RGB of `image_size` pixels unless
+    `input_shape` (channels, height, width) says otherwise."""
     generator = torch.Generator(device=device).manual_seed(seed)
-    images = torch.randn(micro_batch, 3, image_size, image_size, generator=generator, device=device)
-    labels = torch.randint(0, NUM_CLASSES, (micro_batch,), generator=generator, device=device)
+    shape = input_shape or (3, image_size, image_size)
+    images = torch.randn(micro_batch, *shape, generator=generator, device=device)
+    labels = torch.randint(0, num_classes, (micro_batch,), generator=generator, device=device)
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     return images, labels

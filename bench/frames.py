@@ -1,0 +1,28 @@
+"""Result objects as tables: `to_frame()` gives a pandas DataFrame, and Jupyter shows the same table (`_repr_html_`).
+
+A class mixes in `Tabular` and says what its rows are (`frame_rows`: plain values, units in the keys); pandas is
+imported only when a frame is asked for, so `import bench` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Tabular:
+    """`to_frame()` and the notebook's table, from `frame_rows()`."""
+
+    def frame_rows(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per entry of `frame_rows()`, its keys the columns."""
+        import pandas as pd
+
+        return pd.DataFrame(self.frame_rows())
+
+    def _repr_html_(self) -> str:
+        return self.to_frame().to_html(index=False, na_rep="")

@@ -1,0 +1,187 @@
+"""What a model reference names, checked without torch or timm: a timm name, `hf-hub:ORG/NAME`,
+`package.module:factory` or `path/to/file.py:factory`.
+
+A model reference is the text a user types (the `model` of a cell); `ModelSpec` adds what the model is built
+for: the input (channels, height, width), the class count and the factory's keyword arguments (JSON). A command
+refuses a bad reference (`model_problem`) before torch loads; `bench.train.model_build` builds the model.
+
+A module path or a file is code: it runs when the model is built. The command line and the API take them; a
+grid file takes them only when it says so (`experiment.runs_model_code = true`). A relative file path, and a
+module path, are looked up from the working directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from bench.errors import ModelRefError
+
+if TYPE_CHECKING:
+    from bench.grid.cell import Cell
+
+Kind = Literal["timm", "hf-hub", "module", "file"]
+HF_PREFIX = "hf-hub:"
+DEFAULT_NUM_CLASSES = 1000
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def kind_of(name: str) -> Kind:
+    """Which source a reference names.
+
+    >>> [kind_of(n) for n in ("resnet50", "hf-hub:timm/resnet18.a1_in1k", "mypkg.nets:tiny", "nets/tiny.py:make")]
+    ['timm', 'hf-hub', 'module', 'file']
+    """
+    if name.startswith(HF_PREFIX):
+        return "hf-hub"
+    if ":" in name:
+        return "file" if name.rsplit(":", 1)[0].endswith(".py") else "module"
+    return "timm"
+
+
+def runs_code(name: str) -> bool:
+    """Whether building the model runs code the reference names (a module path or a Python file)."""
+    return kind_of(name) in ("module", "file")
+
+
+def model_problem(name: str) -> str | None:
+    """None when `name` can be resolved here; otherwise what is wrong, in one line. Imports neither torch nor timm
+    (a module path's parent packages are imported to find it).
+
+    >>> model_problem("nets/missing.py:make")
+    "'nets/missing.py:make': no such file nets/missing.py"
+    >>> model_problem("mypkg.nets:2fast")
+    "'mypkg.nets:2fast': the factory must be a Python name, as in package.module:factory"
+    """
+    kind = kind_of(name)
+    if kind == "hf-hub":
+        return _hub_problem(name)
+    if kind == "timm":
+        from bench.grid.spec import timm_model_problem
+
+        problem = timm_model_problem(name)
+        return problem and problem + " (or name a factory: package.module:function or path/to/file.py:function)"
+    target, factory = name.rsplit(":", 1)
+    if not re.fullmatch(_IDENTIFIER, factory):
+        return f"{name!r}: the factory must be a Python name, as in package.module:factory"
+    if kind == "file":
+        return None if Path(target).is_file() else f"{name!r}: no such file {target}"
+    if not re.fullmatch(rf"{_IDENTIFIER}(\.{_IDENTIFIER})*", target):
+        return f"{name!r}: {target!r} is not a module path (package.module)"
+    cwd_importable()
+    try:
+        found = importlib.util.find_spec(target)
+    except ImportError as exc:  # a parent package is missing or fails to import
+        return f"{name!r}: cannot import {target}: {exc}"
+    return None if found else f"{name!r}: no module {target} (on sys.path or under {Path.cwd()})"
+
+
+def parse_model_kwargs(text: str) -> str:
+    """`--model-kwargs`: a JSON object, returned in one canonical spelling (the same arguments give the same
+    cell id); ValueError saying what is wrong otherwise.
+
+    >>> parse_model_kwargs('{"drop_rate": 0.1, "depth": 2}')
+    '{"depth":2,"drop_rate":0.1}'
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at character {exc.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a JSON object of keyword arguments, as '{{\"depth\": 2}}'; got {text!r}")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model reference and what it is built for.
+
+    >>> ModelSpec("test_resnet", 32, image_width=48, in_chans=1).input_shape
+    (1, 32, 48)
+    """
+
+    name: str
+    """timm name, hf-hub:ORG/NAME, package.module:factory or path/to/file.py:factory."""
+    image_size: int
+    """Input height in pixels (and width, unless `image_width` says otherwise)."""
+    image_width: int = 0
+    """Input width in pixels; 0: square, `image_size`."""
+    in_chans: int = 3
+    """Input channels."""
+    num_classes: int = DEFAULT_NUM_CLASSES
+    """Outputs of the classifier: the labels are drawn from range(num_classes)."""
+    model_kwargs: str = "{}"
+    """Keyword arguments of the factory (timm's `create_model` or the named function), JSON."""
+
+    @classmethod
+    def of(cls, cell: Cell) -> ModelSpec:
+        return cls(cell.model, cell.image_size, cell.image_width, cell.in_chans, cell.num_classes, cell.model_kwargs)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """One sample's shape: (channels, height, width)."""
+        return self.in_chans, self.image_size, self.image_width or self.image_size
+
+    def describe_input(self, batch: int) -> str:
+        return "x".join(str(n) for n in (batch, *self.input_shape))
+
+    def describe(self) -> str:
+        """The model and its input in words: `resnet50 224px` for square RGB and 1000 classes, more otherwise.
+
+        >>> ModelSpec("m.py:f", 32, in_chans=1, num_classes=10, model_kwargs='{"width":6}').describe()
+        'm.py:f 1x32x32 input, 10 classes, kwargs {"width":6}'
+        """
+        channels, height, width = self.input_shape
+        words = f"{self.name} {height}px" if channels == 3 and height == width else \
+            f"{self.name} {channels}x{height}x{width} input"
+        if self.num_classes != DEFAULT_NUM_CLASSES:
+            words += f", {self.num_classes} classes"
+        return words + (f", kwargs {self.model_kwargs}" if self.model_kwargs != "{}" else "")
+
+
+def cwd_importable() -> None:
+    """`package.module` is looked up in the working directory too, as `python -m` does (the `bench` script's
+    sys.path holds only its own directory)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def _hub_repo(name: str) -> tuple[str, str | None]:
+    """`hf-hub:ORG/NAME[@REVISION]` -> (ORG/NAME, REVISION)."""
+    repo, _, revision = name.removeprefix(HF_PREFIX).partition("@")
+    return repo, revision or None
+
+
+def _hub_config(name: str) -> str | None:
+    """The cached config.json of an hf-hub reference, or None; never the network."""
+    from huggingface_hub import try_to_load_from_cache
+
+    repo, revision = _hub_repo(name)
+    found = try_to_load_from_cache(repo, "config.json", revision=revision)
+    return found if isinstance(found, str) else None
+
+
+def _hub_problem(name: str) -> str | None:
+    repo, _ = _hub_repo(name)
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        return f"{name!r}: name a Hugging Face model as hf-hub:ORG/NAME, as hf-hub:timm/resnet18.a1_in1k"
+    if _hub_config(name):
+        return None
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    return (f"{name!r}: its config.json is not in the local Hugging Face cache ({HF_HUB_CACHE}); fetch it where "
+            f"there is a network with `hf download {repo} config.json` (or set HF_HUB_CACHE to a cache that has it)")
+
+
+def hub_local_dir(name: str) -> str:
+    """timm's `local-dir:` reference to the cached snapshot: the same config, read without the network."""
+    config = _hub_config(name)
+    if config is None:
+        raise ModelRefError(_hub_problem(name) or f"{name}: not cached")
+    return "local-dir:" + str(Path(config).parent)

@@ -1,0 +1,77 @@
+"""From the plan to a rented GPU: `bench plan --launch-spec` writes a SkyPilot task, its grid and the source."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+
+import pytest
+import yaml
+from conftest import REPO
+
+from bench.cli import main
+from bench.cost.launch import SKYPILOT_ACCELERATORS
+from bench.grid.spec import load_grid
+
+README_PLAN = ["plan", "vit_large_patch16_224", "--effective-batch", "4096", "--image-size", "224"]
+"""The README's plan example (the throughput model's options: a minute of tracing ViT-L on this CPU)."""
+ROWS_PLAN = ["plan", "resnet50", str(REPO / "results" / "resnet50" / "predicted"), "--effective-batch", "1024",
+             "--predict", "never"]
+"""A plan from committed rows (seconds)."""
+
+
+def _launch(tmp_path_factory, argv: list[str]):
+    """The plan's JSON answer, and the folder its launch spec went to."""
+    import json
+
+    folder = tmp_path_factory.mktemp("launch")
+    capture = folder / "plan.json"
+    with capture.open("w") as out, pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdout", out)
+        assert main([*argv, "--launch-spec", str(folder / "task.yaml"), "--format", "json"]) == 0
+    return json.loads(capture.read_text()), folder
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    return _launch(tmp_path_factory, ROWS_PLAN)
+
+
+def test_the_task_asks_for_the_cheapest_options_instance_and_runs_its_grid(launched):
+    plan, folder = launched
+    best = plan["options"][0]["line"]
+    task = yaml.safe_load((folder / "task.yaml").read_text())
+    assert task["resources"]["accelerators"] == f"{SKYPILOT_ACCELERATORS[best['gpu']]}:{best['gpu_count']}"
+    assert task["resources"]["cloud"] == best["provider"]
+    assert "bench run ~/bench-launch/task.toml --results ~/bench-launch/results" in task["run"]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert task["envs"]["BENCH_COMMIT"] == commit
+    (cell,) = load_grid(folder / "task.toml", "cuda").cells
+    assert (cell.model, cell.image_size, cell.micro_batch, cell.accum_steps, cell.precision, cell.checkpointing) == \
+        ("resnet50", best["image_size"], best["micro_batch"], best["accum_steps"], best["precision"],
+         best["checkpointing"])
+
+
+def test_the_source_archive_is_the_repository_at_the_commit_without_results(launched):
+    _, folder = launched
+    with tarfile.open(folder / "task.src.tar.gz") as archive:
+        names = set(archive.getnames())
+    assert {"pyproject.toml", "bench/cli.py"} <= names
+    assert not any(name.startswith("results/") for name in names)
+
+
+@pytest.mark.slow  # a minute of tracing ViT-L for the README's plan
+def test_skypilots_own_parser_reads_the_task_of_the_readme_plan(tmp_path_factory):
+    sky = pytest.importorskip("sky", reason="SkyPilot is the optional extra bench[cloud]")
+    plan, folder = _launch(tmp_path_factory, README_PLAN)
+    best = plan["options"][0]["line"]
+    task = sky.Task.from_yaml(str(folder / "task.yaml"))
+    (resources,) = task.resources
+    assert resources.accelerators == {SKYPILOT_ACCELERATORS[best["gpu"]]: best["gpu_count"]}
+    assert str(resources.cloud).lower() == best["provider"] and "bench run" in task.run
+
+
+def test_a_launch_spec_not_named_yaml_is_one_line_before_anything_runs(capsys, tmp_path):
+    assert main([*README_PLAN, "--launch-spec", str(tmp_path / "task.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--launch-spec" in err and not list(tmp_path.iterdir())
