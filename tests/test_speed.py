@@ -93,6 +93,7 @@ def test_a_gpu_without_a_datasheet_peak_is_refused_not_guessed():
         [("A10G", "skipped", "NoDatasheetPeak"), ("L4", "predicted", None)]
 
 
+@pytest.mark.slow  # a full fit on 536 rows: about a minute on two shared cores
 def test_the_fit_reproduces_the_committed_parameters_byte_for_byte():
     from bench.speed.fit import fitted_params_json
 

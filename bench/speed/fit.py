@@ -18,7 +18,7 @@ from bench.measure.hardware import gpu_spec
 from bench.speed.host import stored_host_dispatch
 from bench.speed.model import _HALF_INDEX as _HALF
 from bench.speed.model import GENERATIONS, EntryRates, OpFeatures, gpu_rates, op_features, op_times
-from bench.speed.params import SpeedParams, load_model_file, params_json
+from bench.speed.params import FITTED_GENERATIONS, SpeedParams, load_model_file, params_json
 from bench.speed.reference import ReferenceRow, read_reference_ops, reference_rows
 from bench.speed.trace import OpTable
 
@@ -109,9 +109,21 @@ def fit(data: Dataset, mask: np.ndarray | None = None, start: SpeedParams = STAR
         value = float((np.abs(predicted - measured) * weights).sum() / weights.sum())
         return value if np.isfinite(value) else np.inf
 
-    best = nelder_mead(loss, to_search(start), ITERATIONS)
-    best = nelder_mead(loss, best, ITERATIONS)  # a restart from the optimum escapes a collapsed simplex
-    return from_search(best)
+    # A generation with no row in the fit has no say in its factor: held at the start's (Ampere's, 1),
+    # not left to drift along a flat direction of the search.
+    seen = {GENERATIONS[g] for g in np.unique(data.features.rates.generation[mask[data.row_index]])}
+    held = {f"gen_{g}" for g in FITTED_GENERATIONS if g not in seen}
+    free = np.array([f.name not in held for f in fields(SpeedParams)])
+    base = to_search(start)
+
+    def full(sub: np.ndarray) -> np.ndarray:
+        vector = base.copy()
+        vector[free] = sub
+        return vector
+
+    best = nelder_mead(lambda sub: loss(full(sub)), base[free], ITERATIONS)
+    best = nelder_mead(lambda sub: loss(full(sub)), best, ITERATIONS)  # a restart escapes a collapsed simplex
+    return from_search(full(best))
 
 
 def reference_start() -> SpeedParams:
