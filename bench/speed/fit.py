@@ -59,7 +59,8 @@ class Dataset:
                            spread([r.bandwidth_bytes_per_s for r in per_row]), spread([r.sm_count for r in per_row]),
                            spread([r.clock_hz for r in per_row]), spread([r.l2_bytes for r in per_row]),
                            spread([GENERATIONS.index(r.generation) for r in per_row]).astype(int),
-                           np.concatenate([r.tf32 & ~_HALF[p.dtype] for r, p in zip(per_row, parts)]))
+                           np.concatenate([r.tf32 & ~_HALF[p.dtype] for r, p in zip(per_row, parts)]),
+                           spread([r.fp32_peak_flops_per_s for r in per_row]))
         groups = [(row.source, row.gpu) for row in kept]
         weights = np.array([1 / np.sqrt(groups.count(g)) for g in groups])
         table = OpTable.concat(parts)

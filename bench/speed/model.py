@@ -76,6 +76,7 @@ class GpuRates:
     generation: str
     tf32: bool
     """fp32 compute ops run on TF32 tensor cores (their peak is the TF32 one)."""
+    fp32_peak_flops_per_s: float
 
 
 def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
@@ -101,7 +102,7 @@ def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
     l2 = (spec.l2_mib or 0.0) * 2**20
     tf32 = precision != "fp32" and tflops["tf32_tflops"] is not None
     return GpuRates(spec.gpu, peaks, spec.memory_bandwidth_gb_per_s * 1e9, headline * 1e12, spec.sm_count,
-                    spec.boost_clock_mhz * 1e6, l2, spec.generation, tf32)
+                    spec.boost_clock_mhz * 1e6, l2, spec.generation, tf32, (tflops["fp32_tflops"] or np.nan) * 1e12)
 
 
 @dataclass(frozen=True)
@@ -117,12 +118,14 @@ class EntryRates:
     """Index into `GENERATIONS`."""
     tf32: np.ndarray
     """The entry is an fp32 op run on TF32 tensor cores."""
+    fp32_peak: np.ndarray | float
+    """The FP32 units' peak: a TF32-allowed op may run there instead, when that is faster."""
 
     @classmethod
     def of(cls, table: OpTable, rates: GpuRates) -> EntryRates:
         return cls(rates.peak_flops_per_s[table.dtype], rates.bandwidth_bytes_per_s, rates.sm_count,
                    rates.clock_hz, rates.l2_bytes, np.full(len(table.count), GENERATIONS.index(rates.generation)),
-                   rates.tf32 & ~_HALF_INDEX[table.dtype])
+                   rates.tf32 & ~_HALF_INDEX[table.dtype], rates.fp32_peak_flops_per_s)
 
 
 @dataclass(frozen=True)
@@ -182,13 +185,16 @@ def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: Spee
     generation = np.array([params.generation_factor(g) for g in GENERATIONS])[f.generation]
     # The generation factor is the tensor cores'; fp32 on the FP32 units has its own efficiency on every GPU.
     simt = f.fp32 & ~r.tf32
-    e_max = np.array([params.compute_efficiency.get(name, 0.0) for name in OP_CLASSES])[f.op_class] \
-        * np.where(simt, params.e_fp32, generation * np.where(r.tf32, params.e_tf32, 1.0))
+    class_e = np.array([params.compute_efficiency.get(name, 0.0) for name in OP_CLASSES])[f.op_class]
+    e_max = class_e * np.where(simt, params.e_fp32, generation * np.where(r.tf32, params.e_tf32, 1.0))
     e_max = np.minimum(e_max, np.where(simt & _SIMT_CAPPED[f.op_class], SIMT_GEMM_CEILING, 1.0))  # never above peak
+    # A TF32-allowed op may run on the FP32 units instead (cuBLAS and cuDNN choose among both kinds of
+    # kernel): its rate is the faster of the two paths.
+    simt_e = np.minimum(class_e * params.e_fp32, np.where(_SIMT_CAPPED[f.op_class], SIMT_GEMM_CEILING, 1.0))
+    rate = np.where(r.tf32, np.fmax(r.peak * e_max, r.fp32_peak * simt_e), r.peak * e_max)
     sms = r.sm_count
     with np.errstate(invalid="ignore", divide="ignore"):
-        tensor = np.where(f.computing, (f.flops + sms * params.flops_per_sm_half) * f.wave_cost
-                          / (r.peak * e_max), 0.0)
+        tensor = np.where(f.computing, (f.flops + sms * params.flops_per_sm_half) * f.wave_cost / rate, 0.0)
     moved = f.bytes_moved * np.where(f.transposed, 1 + params.nchw_half_bytes, 1.0)
     bandwidth = r.bandwidth * min(params.e_memory, 1.0) * np.where(f.in_l2, params.l2_speedup, 1.0)
     memory = np.where(f.launched & (moved > 0), (moved + sms * params.bytes_per_sm_half) / bandwidth, 0.0)
