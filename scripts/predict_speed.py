@@ -15,7 +15,8 @@ import torch
 
 from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_keys, gpu_spec
-from bench.speed.model import NoDatasheetPeak, load_model_file
+from bench.speed.model import NoDatasheetPeak
+from bench.speed.params import load_model_file
 from bench.speed.predict import predict_on
 from bench.speed.trace import trace_cell
 

@@ -84,6 +84,23 @@ class Option:
         return self.hours_per_run * self.usd_per_hour
 
     @property
+    def hours_range(self) -> tuple[float, float] | None:
+        """A predicted option's hours per run at the ends of its speed interval: hours x the 10th and 90th
+        percentiles of predicted/measured in the model's cross-GPU validation (None: measured, or not validated)."""
+        if self.line.basis != "predicted" or not self.line.row.predicted_gpu:
+            return None
+        from bench.measure.hardware import gpu_spec
+        from bench.speed.params import load_model_file
+
+        band = load_model_file().band(gpu_spec(self.line.row.predicted_gpu))
+        return None if band is None else (self.hours_per_run * band.ratio_low, self.hours_per_run * band.ratio_high)
+
+    @property
+    def usd_range(self) -> tuple[float, float] | None:
+        hours = self.hours_range
+        return None if hours is None else (hours[0] * self.usd_per_hour, hours[1] * self.usd_per_hour)
+
+    @property
     def configuration(self) -> str:
         """`16x1 per GPU bf16 ckpt-off adamw`."""
         row = self.line.row
@@ -102,6 +119,9 @@ class Option:
         text = self.basis_text
         how = "measured"
         if self.line.basis == "predicted":
+            if self.hours_range:
+                (h_low, h_high), (u_low, u_high) = self.hours_range, self.usd_range
+                text += f"; {h_low:,.2f}-{h_high:,.2f} h, ${u_low:,.2f}-{u_high:,.2f} (p10-p90 of that error)"
             memory = self.line.memory
             text += f"; memory {memory.required_bytes / 2**30:.1f} of {memory.capacity_bytes / 2**30:g} GiB"
             how = "predicted"
@@ -222,17 +242,18 @@ def explain(options: tuple[Option, ...]) -> str:
     if not options:
         return "nothing fits the request"
     winner = options[0]
-    head = (f"{winner.line.instance.label}, {winner.configuration}: ${winner.usd_per_run:,.2f} "
-            f"{winner.usd_basis} for {winner.hours_per_run:,.1f} h ({winner.basis_text})")
+    head = (f"{winner.line.instance.label}, {winner.configuration}: {_usd(winner)} "
+            f"{winner.usd_basis} for {_hours(winner)} ({winner.basis_text})")
     if len(options) == 1:
         return f"{head}: the only option that fits"
     runner = options[1]
-    versus = f"vs ${runner.usd_per_run:,.2f} for the runner-up, "
+    versus = f"vs {_usd(runner)} for the runner-up, "
     speed = runner.hours_per_run / winner.hours_per_run  # > 1: the winner is faster
     price = runner.usd_per_hour / winner.usd_per_hour  # > 1: the winner is cheaper per hour
     faster = "as fast" if abs(speed - 1) < 0.005 else f"{speed:.2f}x faster"
+    overlap = _overlap(winner, runner)
     if runner.line.instance == winner.line.instance:
-        return f"{head} {versus}{runner.configuration} on the same instance: {faster}"
+        return f"{head} {versus}{runner.configuration} on the same instance: {faster}{overlap}"
     versus += f"{runner.line.instance.label}, {runner.configuration}: "
     if speed >= 1 and price >= 1:
         why = f"{faster} and {price:.2f}x cheaper per hour"
@@ -240,4 +261,22 @@ def explain(options: tuple[Option, ...]) -> str:
         why = f"{faster}, which outweighs {1 / price:.2f}x the hourly price"
     else:
         why = f"{price:.2f}x cheaper per hour, which outweighs being {1 / speed:.2f}x slower"
-    return f"{head} {versus}{why}"
+    return f"{head} {versus}{why}{overlap}"
+
+
+def _usd(option: Option) -> str:
+    """`$12.34` measured, `$12.34 ($10.10-15.00)` predicted: the range its cross-GPU error allows."""
+    usd = option.usd_range
+    return f"${option.usd_per_run:,.2f}" + ("" if usd is None else f" (${usd[0]:,.2f}-{usd[1]:,.2f})")
+
+
+def _hours(option: Option) -> str:
+    hours = option.hours_range
+    return f"{option.hours_per_run:,.1f} h" + ("" if hours is None else f" ({hours[0]:,.1f}-{hours[1]:,.1f} h)")
+
+
+def _overlap(winner: Option, runner: Option) -> str:
+    """A note when the runner-up's dollar range reaches the winner's: the ranking is within the error."""
+    low = runner.usd_range[0] if runner.usd_range else runner.usd_per_run
+    high = winner.usd_range[1] if winner.usd_range else winner.usd_per_run
+    return "; the two overlap within the throughput model's error, so either may be cheaper" if low <= high else ""

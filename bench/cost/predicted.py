@@ -24,7 +24,8 @@ from bench.measure.hardware import gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import FakeModels
 from bench.memory.fit import memory_fit
-from bench.speed.model import NoDatasheetPeak, gpu_rates, load_model_file, step_time
+from bench.speed.model import NoDatasheetPeak, gpu_rates, step_time
+from bench.speed.params import load_model_file
 from bench.speed.trace import StepOps, trace_cell
 
 TRACED_MICRO_BATCHES = (4, 8)
@@ -148,7 +149,7 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
     flops = flops_per_sample(ModelSpec.of(request.cell(1, precision, checkpointing)), request.image_size,
                              checkpointing)
     peak = _whole_segments(traced.peak_bytes(micro_batch))
-    basis = f"{model_file.basis()}, {step.bound}-bound" + ("; fp16 from the bf16 trace" if precision == "fp16" else "")
+    basis = f"{model_file.basis(spec)}, {step.bound}-bound" + ("; fp16 from the bf16 trace" if precision == "fp16" else "")
     return MeasuredRow(cell_id=f"predicted-{request.model}-{request.image_size}px-{micro_batch}x{accum_steps}-"
                                f"{precision}-ckpt_{checkpointing}-{request.optimizer}-{gpu}",
                        experiment="plan", profile="cuda", model=request.model, image_size=request.image_size,

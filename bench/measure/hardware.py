@@ -4,6 +4,9 @@ The data lives in `bench/data/gpus.csv`, one row per GPU with its source and the
 was recorded. Each row's `name_pattern` must match the whole normalised name, so no
 row's order matters (a substring chain would let "H20" hit "H200").
 
+`generation`, `sm_count`, `boost_clock_mhz` and `l2_mib` (with `facts_source`) are what the
+throughput model needs to tell GPUs apart beyond peaks and bandwidth; empty where no source was found.
+
 `memory_gib` is the nominal capacity (the "40GB" of the product name, read as GiB; what
 torch can allocate is a little less). Memory bandwidth is decimal GB/s (1e9 bytes/s), as
 datasheets print it.
@@ -32,6 +35,14 @@ class GpuSpec:
     memory_bandwidth_gb_per_s: float | None = None
     """Datasheet memory bandwidth, decimal GB/s; its source is `memory_bandwidth_source`."""
     memory_bandwidth_source: str = ""
+    generation: str = ""
+    """Architecture (volta, turing, ampere, ada, hopper, blackwell): tensor cores differ by generation."""
+    sm_count: int | None = None
+    boost_clock_mhz: float | None = None
+    """Boost clock: the clock the datasheet peaks are quoted at."""
+    l2_mib: float | None = None
+    facts_source: str = ""
+    """The source of `generation`, `sm_count`, `boost_clock_mhz` and `l2_mib`."""
 
     def peak_flops_per_s(self, precision: str) -> float | None:
         tflops = self.peak_tflops[PEAK_COLUMN[precision]]
@@ -76,13 +87,18 @@ def _catalog() -> tuple[tuple[re.Pattern, GpuSpec], ...]:
     text = resources.files("bench.data").joinpath("gpus.csv").read_text()
     rows = []
     for row in csv.DictReader(text.splitlines()):
-        peaks = {col: float(row[col]) if row[col] else None
-                 for col in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops")}
-        bandwidth = float(row["memory_bandwidth_gb_per_s"]) if row["memory_bandwidth_gb_per_s"] else None
+        peaks = {col: _number(row[col]) for col in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops")}
+        bandwidth = _number(row["memory_bandwidth_gb_per_s"])
         spec = GpuSpec(row["gpu"], float(row["memory_gib"]), peaks, row["source"], row["observed"],
-                       bandwidth, row["memory_bandwidth_source"])
+                       bandwidth, row["memory_bandwidth_source"], row["generation"], _number(row["sm_count"], int),
+                       _number(row["boost_clock_mhz"]), _number(row["l2_mib"]), row["facts_source"])
         rows.append((re.compile(row["name_pattern"]), spec))
     return tuple(rows)
+
+
+def _number(text: str, kind: type = float) -> float | int | None:
+    """A catalog cell: empty means no source was found, never zero."""
+    return kind(text) if text else None
 
 
 def gpu_key_hint(name: str) -> str:

@@ -1,4 +1,4 @@
-"""The throughput model's validation chart: predicted vs measured samples/s, log-log, one colour per family."""
+"""The throughput model's validation chart: predicted vs measured samples/s, log-log, one colour per group."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def write_validation_chart(rows: list[dict], overall: dict, path: Path) -> Path:
-    """Scatter of `rows` (`measured_samples_per_s`, `predicted_samples_per_s`, `family`) with the y = x line."""
+def write_validation_chart(rows: list[dict], group: str, title: str, ylabel: str, path: Path) -> Path:
+    """Scatter of `rows` (`measured_samples_per_s`, `predicted_samples_per_s`, coloured by `group`) with y = x."""
     figure, axes = plt.subplots(figsize=(7.5, 7))
-    families = sorted({row["family"] for row in rows})
+    families = sorted({row[group] for row in rows})
     colours = plt.get_cmap("tab20")
     for index, family in enumerate(families):
-        members = [row for row in rows if row["family"] == family]
+        members = [row for row in rows if row[group] == family]
         axes.scatter([r["measured_samples_per_s"] for r in members], [r["predicted_samples_per_s"] for r in members],
                      s=18, color=colours(index % 20), label=family, alpha=0.85)
     values = [r["measured_samples_per_s"] for r in rows] + [r["predicted_samples_per_s"] for r in rows]
@@ -25,10 +25,7 @@ def write_validation_chart(rows: list[dict], overall: dict, path: Path) -> Path:
     for factor in (1.35, 1 / 1.35):
         axes.plot([low, high], [low * factor, high * factor], color="grey", linewidth=0.6, linestyle="--")
     axes.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high),
-             xlabel="measured samples/s (timm, RTX 3090, AMP fp16)",
-             ylabel="predicted samples/s (family held out of the fit)",
-             title=f"Leave-one-family-out: median error {overall['median_error_pct']} %, "
-                   f"p90 {overall['p90_error_pct']} % ({overall['rows']} rows)")
+             xlabel="measured samples/s (public benchmarks, bench/data/reference/)", ylabel=ylabel, title=title)
     axes.legend(fontsize=7, ncol=2, loc="upper left")
     axes.grid(True, which="both", linewidth=0.3)
     figure.tight_layout()

@@ -1,10 +1,11 @@
-"""Fitting the throughput model's efficiency parameters, and judging it leave-one-family-out.
+"""Fitting the throughput model's parameters on several GPUs, and judging it on GPUs and families it never saw.
 
-The data are the traced reference rows (`bench.speed.reference`): for each, its op table and the
-measured samples/s on the RTX 3090. The fit minimises the mean |log(predicted / measured)| by a
-deterministic Nelder-Mead in log-parameter space from a fixed start, so the same data give the
-same parameters, byte for byte (`params_json`). Validation refits once per family without that
-family and predicts it: the errors it reports are of models the fit never saw.
+The data are the traced reference rows (`bench.speed.reference`): for each, its op table, its GPU's
+catalog figures at its precision, and the measured samples/s. The fit minimises the weighted mean
+|log(predicted / measured)|, each (source, GPU) group weighted by 1 / sqrt(its rows) so the 140 timm
+rows of the RTX 3090 do not drown a GPU with eight, by a deterministic Nelder-Mead from a fixed start:
+the same data give the same parameters, byte for byte (`params_json`). Validation refits without one
+GPU (leave-one-GPU-out) or one family (leave-one-family-out) and predicts what it left out.
 """
 
 from __future__ import annotations
@@ -14,85 +15,124 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from bench.measure.hardware import gpu_spec
-from bench.speed.model import SpeedParams, gpu_rates, load_model_file, op_times, params_json
 from bench.speed.host import stored_host_dispatch
-from bench.speed.reference import (
-    MEASUREMENTS_FILE,
-    REFERENCE_GPU,
-    REFERENCE_PRECISION,
-    ReferenceRow,
-    read_reference_ops,
-    reference_rows,
-)
+from bench.speed.model import _HALF_INDEX as _HALF
+from bench.speed.model import GENERATIONS, EntryRates, OpFeatures, gpu_rates, op_features, op_times
+from bench.speed.params import FITTED_GENERATIONS, SpeedParams, load_model_file, params_json
+from bench.speed.reference import ReferenceRow, read_reference_ops, reference_rows
 from bench.speed.trace import OpTable
 
-START = SpeedParams(e_matmul=0.7, e_conv=0.6, e_grouped_conv=0.2, nchw_conv_factor=0.8,
-                    flops_half=1e8, e_memory=0.7, bytes_half=1e6, kernel_us=3.0, host_us=10.0)
+START = SpeedParams(e_matmul=0.7, e_conv=0.6, e_grouped_conv=0.2, e_tf32=0.7, e_fp32=0.7, gen_volta=1.0, gen_turing=1.0, gen_ada=1.0,
+                    flops_per_sm_half=1e6, nchw_half_bytes=1.0, e_memory=0.8, bytes_per_sm_half=1e4,
+                    l2_speedup=2.0, simt_per_cycle=16.0, kernel_us=3.0, host_us=10.0)
 """Where the search starts: round figures of the usual order, not a result."""
-_FRACTIONS = ("e_matmul", "e_conv", "e_grouped_conv", "e_memory")
-"""Searched through a logistic (always in (0, 1)); every other parameter through a logarithm (positive)."""
-ITERATIONS = 1500
+_FRACTIONS = ("e_matmul", "e_conv", "e_grouped_conv", "e_tf32", "e_fp32", "e_memory")
+"""Searched through a logistic (always in (0, 1)); `l2_speedup` as 1 + a positive number (an L2 hit is
+never slower); every other parameter through a logarithm (positive)."""
+ITERATIONS = 2000
+GENERATION_PRIOR = 0.02
+"""Weight of the squared log of each generation factor in the loss (a mean |log error| of 0.17 is typical)."""
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Traced rows as one concatenated op table, with each entry's row index."""
+    """Traced rows as one concatenated op table, with each entry's row and GPU figures."""
 
     rows: tuple[ReferenceRow, ...]
     table: OpTable
     row_index: np.ndarray
+    features: OpFeatures
+    """The op table's features on each row's GPU (`op_features`): what the parameters act on."""
     host_ops: np.ndarray
     """Ops the host dispatches per step, per row."""
+    weights: np.ndarray
+    """Each row's weight in the fit's loss."""
 
     @classmethod
     def of(cls, rows: list[ReferenceRow], tables: dict[str, OpTable]) -> Dataset:
         kept = tuple(row for row in rows if row.trace in tables)
         parts = [tables[row.trace] for row in kept]
         index = np.concatenate([np.full(len(part.count), i) for i, part in enumerate(parts)])
-        return cls(kept, OpTable.concat(parts), index, np.array([part.count.sum() for part in parts]))
+        per_row = [gpu_rates(gpu_spec(row.gpu), row.precision) for row in kept]
+        spread = lambda values: np.concatenate([np.full(len(p.count), v) for p, v in zip(parts, values)])
+        rates = EntryRates(np.concatenate([r.peak_flops_per_s[p.dtype] for r, p in zip(per_row, parts)]),
+                           spread([r.bandwidth_bytes_per_s for r in per_row]), spread([r.sm_count for r in per_row]),
+                           spread([r.clock_hz for r in per_row]), spread([r.l2_bytes for r in per_row]),
+                           spread([GENERATIONS.index(r.generation) for r in per_row]).astype(int),
+                           np.concatenate([r.tf32 & ~_HALF[p.dtype] for r, p in zip(per_row, parts)]),
+                           spread([r.fp32_peak_flops_per_s for r in per_row]))
+        groups = [(row.source, row.gpu) for row in kept]
+        weights = np.array([1 / np.sqrt(groups.count(g)) for g in groups])
+        table = OpTable.concat(parts)
+        return cls(kept, table, index, op_features(table, rates), np.array([p.count.sum() for p in parts]), weights)
 
     @property
     def measured_samples_per_s(self) -> np.ndarray:
         return np.array([row.samples_per_s for row in self.rows])
 
-    @property
-    def families(self) -> np.ndarray:
-        return np.array([row.family for row in self.rows])
+    def column(self, name: str) -> np.ndarray:
+        """One field of every row: `data.column("gpu")`."""
+        return np.array([getattr(row, name) for row in self.rows])
 
 
 def to_search(params: SpeedParams) -> np.ndarray:
     """Parameters as the unconstrained vector the search moves."""
-    return np.array([np.log(v / (1 - v)) if f.name in _FRACTIONS else np.log(v)
-                     for f, v in zip(fields(SpeedParams), params.to_vector())])
+    def one(name: str, v: float) -> float:
+        if name in _FRACTIONS:
+            return float(np.log(v / (1 - v)))
+        return float(np.log(v - 1)) if name == "l2_speedup" else float(np.log(v))
+    return np.array([one(f.name, v) for f, v in zip(fields(SpeedParams), params.to_vector())])
 
 
 def from_search(vector: np.ndarray) -> SpeedParams:
-    return SpeedParams.from_vector([float(1 / (1 + np.exp(-x)) if f.name in _FRACTIONS else np.exp(x))
-                                    for f, x in zip(fields(SpeedParams), vector)])
+    def one(name: str, x: float) -> float:
+        if name in _FRACTIONS:
+            return float(1 / (1 + np.exp(-x)))
+        return float(1 + np.exp(x)) if name == "l2_speedup" else float(np.exp(x))
+    return SpeedParams.from_vector([one(f.name, x) for f, x in zip(fields(SpeedParams), vector)])
 
 
 def predict_samples_per_s(data: Dataset, params: SpeedParams) -> np.ndarray:
-    """Each row's predicted samples/s on the reference GPU (the model of `bench.speed.model`, vectorised)."""
-    rates = gpu_rates(gpu_spec(REFERENCE_GPU), REFERENCE_PRECISION)
-    times = op_times(data.table, rates.peak_flops_per_s, rates.bandwidth_bytes_per_s, params)
-    per_op = np.maximum(times.compute_s, times.memory_s) + times.kernel_s
+    """Each row's predicted samples/s on its own GPU (the model of `bench.speed.model`, vectorised)."""
+    per_op = op_times(data.features, None, params).op_s
     gpu_s = np.bincount(data.row_index, weights=per_op, minlength=len(data.rows))
     step_s = np.maximum(gpu_s, data.host_ops * params.host_us * 1e-6)
     return np.array([row.batch_size for row in data.rows]) / step_s
 
 
 def fit(data: Dataset, mask: np.ndarray | None = None, start: SpeedParams = START) -> SpeedParams:
-    """The parameters that minimise the mean |log(pred / meas)| over the rows in `mask` (default all)."""
+    """The parameters that minimise the weighted mean |log(pred / meas)| over the rows in `mask` (default all)."""
     mask = np.ones(len(data.rows), dtype=bool) if mask is None else mask
     measured = np.log(data.measured_samples_per_s)
+    weights = data.weights * mask
+
+    generations = np.array([f.name.startswith("gen_") for f in fields(SpeedParams)])
 
     def loss(vector: np.ndarray) -> float:
-        predicted = np.log(predict_samples_per_s(data, from_search(vector)))
-        return float(np.abs(predicted - measured)[mask].mean())
+        with np.errstate(over="ignore"):
+            predicted = np.log(predict_samples_per_s(data, from_search(vector)))
+        value = float((np.abs(predicted - measured) * weights).sum() / weights.sum())
+        # A prior that generations are alike unless the rows say otherwise: without it a class that only
+        # one generation's rows hold (matmuls: the RTX 4090's) trades its efficiency against that
+        # generation's factor freely, and a GPU held out of the fit inherits the drift.
+        value += GENERATION_PRIOR * float((vector[generations] ** 2).sum())
+        return value if np.isfinite(value) else np.inf
 
-    best = nelder_mead(loss, to_search(start), ITERATIONS)
-    best = nelder_mead(loss, best, ITERATIONS)  # a restart from the optimum escapes a collapsed simplex
-    return from_search(best)
+    # A generation with no row in the fit has no say in its factor: held at the start's (Ampere's, 1),
+    # not left to drift along a flat direction of the search.
+    seen = {GENERATIONS[g] for g in np.unique(data.features.rates.generation[mask[data.row_index]])}
+    held = {f"gen_{g}" for g in FITTED_GENERATIONS if g not in seen}
+    free = np.array([f.name not in held for f in fields(SpeedParams)])
+    base = to_search(start)
+
+    def full(sub: np.ndarray) -> np.ndarray:
+        vector = base.copy()
+        vector[free] = sub
+        return vector
+
+    best = nelder_mead(lambda sub: loss(full(sub)), base[free], ITERATIONS)
+    best = nelder_mead(lambda sub: loss(full(sub)), best, ITERATIONS)  # a restart escapes a collapsed simplex
+    return from_search(full(best))
 
 
 def reference_start() -> SpeedParams:
@@ -100,32 +140,42 @@ def reference_start() -> SpeedParams:
     return replace(START, host_us=stored_host_dispatch().us_per_op)
 
 
-def fit_reference() -> tuple[SpeedParams, Dataset]:
-    """The fit on every traced reference row: what `bench predict --fit` writes."""
-    data = Dataset.of(reference_rows(), read_reference_ops())
-    return fit(data, start=reference_start()), data
+def reference_dataset() -> Dataset:
+    return Dataset.of(reference_rows(), read_reference_ops())
+
+
+def fitted_on(data: Dataset) -> str:
+    """The fit's basis in words: rows per source and GPU."""
+    groups: dict[str, int] = {}
+    for row in data.rows:
+        key = f"{row.source} {row.gpu}"
+        groups[key] = groups.get(key, 0) + 1
+    listed = ", ".join(f"{key} {n}" for key, n in sorted(groups.items()))
+    return (f"{len(data.rows)} rows of bench/data/reference/ ({listed}); weighted mean |log(predicted / measured)|;"
+            f" host_us started from {stored_host_dispatch().source}")
 
 
 def fitted_params_json() -> tuple[str, Dataset]:
     """The parameter file a re-fit writes (the committed file's version and validation kept)."""
     current = load_model_file()
-    params, data = fit_reference()
-    fitted_on = (f"{len(data.rows)} rows of bench/data/reference/{MEASUREMENTS_FILE} ({REFERENCE_GPU}, AMP fp16, "
-                 f"SGD), mean |log(predicted / measured)|; host_us started from {stored_host_dispatch().source}; "
-                 "no project GPU rows exist yet")
-    return params_json(current.version, params, fitted_on,
-                       {"median_error_pct": current.validation_median_error_pct,
-                        "p90_error_pct": current.validation_p90_error_pct}), data
+    data = reference_dataset()
+    params = fit(data, start=reference_start())
+    return params_json(current.version, params, fitted_on(data), validation_json(current)), data
 
 
-def leave_one_family_out(data: Dataset) -> np.ndarray:
-    """Each row's predicted samples/s from a fit that never saw its family."""
+def validation_json(model) -> dict:
+    """The validation part of the parameter file, as `load_model_file` reads it."""
+    return {"name": model.validation, "bands": {key: vars(band) for key, band in sorted(model.bands.items())}}
+
+
+def held_out(data: Dataset, groups: np.ndarray) -> np.ndarray:
+    """Each row's predicted samples/s from a fit that never saw a row of its group (a GPU, a family)."""
     predicted = np.zeros(len(data.rows))
-    families = data.families
-    for family in sorted(set(families)):
-        held_out = families == family
-        params = fit(data, ~held_out, reference_start())
-        predicted[held_out] = predict_samples_per_s(data, params)[held_out]
+    start = reference_start()
+    for group in sorted(set(groups)):
+        out = groups == group
+        params = fit(data, ~out, start)
+        predicted[out] = predict_samples_per_s(data, params)[out]
     return predicted
 
 

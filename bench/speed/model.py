@@ -1,23 +1,32 @@
-"""The throughput model: a roofline per op, a per-kernel cost, and the host's dispatch as a floor.
+"""The throughput model (v2): three GPU resources per op, a per-kernel cost, and the host's dispatch as a floor.
 
-Each op takes max(FLOPs / (peak[dtype] x e_c), bytes / (bandwidth x e_m)) plus a fixed
-per-kernel cost. Efficiency saturates with size, e(x) = e_max x / (x + x_half): so an op's
-time is (x + x_half) / (rate x e_max), and a kernel too small to fill the GPU pays x_half
-extra; a small micro-batch pays it on every kernel. e_max is per op class (`COMPUTE_CLASSES`
-by FLOPs, attention at the matmul's; every class by bytes). The GPU's time is the sum over ops; the host issues every op
-(eager PyTorch) at a fitted dispatch cost per op, so the step is the longer of the two. The part
-that sets the step names its bound: `compute`, `memory` or `overhead` (per-kernel cost or host).
+Each op costs the largest of three times, plus a fixed cost per kernel launched:
 
-The peaks and bandwidths are the GPU catalog's datasheet figures (`bench/data/gpus.csv`); the
-efficiency parameters are fitted (`bench.speed.fit`) and read from `bench/data/speed_params.json`.
+- tensor work (matmul, convolution, attention): FLOPs / (the dtype's dense peak x an efficiency per op
+  class x a factor per GPU generation), paid in whole waves: the op's output is cut into tiles of
+  `TILE_ELEMENTS`, and a kernel whose tiles do not fill every SM pays for a full wave (Habitat's wave
+  scaling, NeuSight's tile-level utilisation). A small op also pays `flops_per_sm_half` per SM.
+- memory traffic: bytes / (datasheet bandwidth x the achievable fraction `e_memory`), with a per-SM
+  occupancy term (a kernel too small to keep every SM's loads in flight reaches less) and
+  `l2_speedup` for an op whose bytes fit in L2. Half-precision NCHW convolutions move
+  `nchw_half_bytes` x their bytes more: cuDNN runs them on NHWC tensor-core kernels and transposes.
+- non-tensor work (elementwise, reductions, normalisation, optimizer): output elements /
+  (SMs x boost clock x `simt_per_cycle`).
+
+The GPU's time is the sum over ops; the host issues every op (eager PyTorch) at `host_us` each, so the
+step is the longer of the two. The part that sets the step names its bound.
+
+Precision follows the runner's flags (`bench.train.step.configure_precision`): under fp32 both cuBLAS
+and cuDNN TF32 are off, so fp32 ops run at the FP32 (SIMT) peak; under tf32 and AMP both are on, so
+fp32 ops run at the TF32 peak where the GPU has one (Turing and Volta have none: FP32).
+
+GPU facts are the catalog's (`bench/data/gpus.csv`, sourced per figure); the efficiencies are fitted
+(`bench.speed.fit`) on public measurements of several GPUs and read from `bench/data/speed_params.json`.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
-from importlib import resources
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -25,89 +34,35 @@ import numpy as np
 from bench.errors import BadInput
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec
 from bench.speed.ops import COMPUTE_CLASSES
+from bench.speed.params import SpeedParams
 from bench.speed.trace import DTYPES, OP_CLASSES, OpTable
 
-Bound = Literal["compute", "memory", "overhead"]
-PARAMS_FILE = "speed_params.json"
+Bound = Literal["compute", "memory", "non-tensor", "overhead"]
+TILE_ELEMENTS = 128 * 128
+"""Output elements per thread-block tile of a tensor-core kernel (cuBLAS and cuDNN's common 128 x 128
+tile): what a wave over the SMs is counted in. A fixed figure, not fitted."""
+GENERATIONS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
+SIMT_GEMM_CEILING = 0.75
+"""The most an fp32 matmul or attention on the FP32 (SIMT) units is predicted to reach of the FP32 peak.
+An assumption, not a fit: no calibration row runs an fp32 GEMM there (the V100 and T4 FP32 rows are
+convolutions, which cuDNN may run as Winograd, doing fewer FLOPs than counted: their fitted efficiency,
+near 1, says nothing about a GEMM)."""
+_SIMT_CAPPED = np.array([name in ("matmul", "attention") for name in OP_CLASSES])
 
 
 class NoDatasheetPeak(BadInput):
-    """A GPU's catalog row lacks the peak (or bandwidth) a prediction needs: refused, never guessed."""
+    """A GPU's catalog row lacks a figure a prediction needs: refused, never guessed."""
 
 
-@dataclass(frozen=True)
-class SpeedParams:
-    """The fitted efficiency parameters (the fit's output, `bench/data/speed_params.json`)."""
-
-    e_matmul: float
-    """Best fraction of the dtype's peak a matrix multiply reaches."""
-    e_conv: float
-    """The same for a dense convolution in channels-last format."""
-    e_grouped_conv: float
-    """The same for a grouped or depthwise convolution."""
-    nchw_conv_factor: float
-    """Multiplies a convolution's efficiency when its input is not channels-last."""
-    flops_half: float
-    """FLOPs at which a compute op reaches half its best efficiency."""
-    e_memory: float
-    """Best fraction of the datasheet bandwidth any op reaches."""
-    bytes_half: float
-    """Bytes at which an op reaches half its best bandwidth."""
-    kernel_us: float
-    """Fixed GPU time per kernel launched, microseconds."""
-    host_us: float
-    """The host's time to dispatch one op (eager PyTorch), microseconds: the step's floor is the ops
-    times this. Fitted; this CPU's measured figure (`bench.speed.host`) is its starting point."""
-
-    @property
-    def compute_efficiency(self) -> dict[str, float]:
-        # Fused attention runs on the same tensor cores as a matmul; the calibration rows (PyTorch 1.12,
-        # eager attention) hold none, so it has no parameter of its own that data could set.
-        return {"matmul": self.e_matmul, "conv": self.e_conv, "grouped_conv": self.e_grouped_conv,
-                "attention": self.e_matmul}
-
-    def to_vector(self) -> list[float]:
-        return [getattr(self, f.name) for f in fields(self)]
-
-    @classmethod
-    def from_vector(cls, values: list[float]) -> SpeedParams:
-        return cls(*values)
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    """What `bench/data/speed_params.json` holds: the version, the parameters and their basis."""
-
-    version: str
-    params: SpeedParams
-    fitted_on: str
-    validation_median_error_pct: float | None
-    validation_p90_error_pct: float | None
-
-    def basis(self) -> str:
-        """`predicted (model v1, validation median error 12.3 %)`."""
-        error = "not validated" if self.validation_median_error_pct is None else \
-            f"validation median error {self.validation_median_error_pct:.1f} %"
-        return f"predicted (model {self.version}, {error})"
-
-
-@lru_cache(maxsize=None)
-def load_model_file() -> ModelFile:
-    data = json.loads(resources.files("bench.data").joinpath(PARAMS_FILE).read_text())
-    return ModelFile(data["version"], SpeedParams(**data["params"]), data["fitted_on"],
-                     data["validation"]["median_error_pct"], data["validation"]["p90_error_pct"])
-
-
-def params_json(version: str, params: SpeedParams, fitted_on: str, validation: dict[str, float | None]) -> str:
-    """The parameter file's text: sorted, rounded, so a re-fit on the same data is the same bytes."""
-    rounded = {name: float(f"{value:.6g}") for name, value in asdict(params).items()}
-    return json.dumps({"version": version, "fitted_on": fitted_on, "params": rounded, "validation": validation},
-                      indent=2, sort_keys=True) + "\n"
+_COMPUTE_INDEX = np.array([name in COMPUTE_CLASSES for name in OP_CLASSES])
+_KERNEL_INDEX = np.array([name != "view" for name in OP_CLASSES])
+_CONV_INDEX = np.array([name in ("conv", "grouped_conv") for name in OP_CLASSES])
+_HALF_INDEX = np.array([name in ("float16", "bfloat16") for name in DTYPES])
 
 
 @dataclass(frozen=True)
 class GpuRates:
-    """The datasheet figures one prediction divides by."""
+    """The catalog figures one prediction uses."""
 
     gpu: str
     peak_flops_per_s: np.ndarray
@@ -115,56 +70,137 @@ class GpuRates:
     bandwidth_bytes_per_s: float
     headline_peak_flops_per_s: float
     """The cell's precision's peak: the MFU denominator."""
+    sm_count: int
+    clock_hz: float
+    l2_bytes: float
+    generation: str
+    tf32: bool
+    """fp32 compute ops run on TF32 tensor cores (their peak is the TF32 one)."""
+    fp32_peak_flops_per_s: float
 
 
 def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
-    """The peaks `precision` runs at on `spec`; refuses a GPU whose datasheet lacks one.
+    """The figures `precision` runs at on `spec`; refuses a GPU whose catalog row lacks one.
 
-    fp32 compute ops run at the TF32 peak under tf32 and under AMP (the runner allows TF32
-    there), at the FP32 peak under fp32; a GPU without TF32 (Turing, Volta) runs them at FP32.
+    fp32 compute ops run at the TF32 peak under tf32 and under AMP (the runner allows TF32 in cuBLAS
+    and cuDNN there), at the FP32 peak under fp32; a GPU without TF32 (Turing, Volta) runs them at FP32.
     """
     column = PEAK_COLUMN[precision]
     headline = spec.peak_tflops[column]
-    if headline is None:
-        raise NoDatasheetPeak(f"--gpu {spec.gpu}: bench/data/gpus.csv has no {column} (datasheet peak) for "
+    missing = [name for name, value in (
+        (column, headline), ("memory_bandwidth_gb_per_s", spec.memory_bandwidth_gb_per_s),
+        ("sm_count", spec.sm_count), ("boost_clock_mhz", spec.boost_clock_mhz)) if value is None]
+    if missing:
+        raise NoDatasheetPeak(f"--gpu {spec.gpu}: bench/data/gpus.csv has no {', '.join(missing)} for "
                               f"{precision}; no prediction rather than a guess")
-    if spec.memory_bandwidth_gb_per_s is None:
-        raise NoDatasheetPeak(f"--gpu {spec.gpu}: bench/data/gpus.csv has no memory_bandwidth_gb_per_s")
     tflops = spec.peak_tflops
     fp32 = tflops["fp32_tflops"] if precision == "fp32" else (tflops["tf32_tflops"] or tflops["fp32_tflops"])
     by_dtype = {"float16": tflops["fp16_tflops"], "bfloat16": tflops["bf16_tflops"], "float32": fp32,
                 "other": fp32}
     peaks = np.array([np.nan if by_dtype[d] is None else by_dtype[d] * 1e12 for d in DTYPES])
-    return GpuRates(spec.gpu, peaks, spec.memory_bandwidth_gb_per_s * 1e9, headline * 1e12)
+    # A GPU with no L2 figure gets no L2 hits: the slower, never the flattering, assumption.
+    l2 = (spec.l2_mib or 0.0) * 2**20
+    tf32 = precision != "fp32" and tflops["tf32_tflops"] is not None
+    return GpuRates(spec.gpu, peaks, spec.memory_bandwidth_gb_per_s * 1e9, headline * 1e12, spec.sm_count,
+                    spec.boost_clock_mhz * 1e6, l2, spec.generation, tf32, (tflops["fp32_tflops"] or np.nan) * 1e12)
+
+
+@dataclass(frozen=True)
+class EntryRates:
+    """The GPU figures of each op-table entry (arrays, one value per entry, or scalars for one GPU)."""
+
+    peak: np.ndarray
+    bandwidth: np.ndarray | float
+    sm_count: np.ndarray | float
+    clock_hz: np.ndarray | float
+    l2_bytes: np.ndarray | float
+    generation: np.ndarray
+    """Index into `GENERATIONS`."""
+    tf32: np.ndarray
+    """The entry is an fp32 op run on TF32 tensor cores."""
+    fp32_peak: np.ndarray | float
+    """The FP32 units' peak: a TF32-allowed op may run there instead, when that is faster."""
+
+    @classmethod
+    def of(cls, table: OpTable, rates: GpuRates) -> EntryRates:
+        return cls(rates.peak_flops_per_s[table.dtype], rates.bandwidth_bytes_per_s, rates.sm_count,
+                   rates.clock_hz, rates.l2_bytes, np.full(len(table.count), GENERATIONS.index(rates.generation)),
+                   rates.tf32 & ~_HALF_INDEX[table.dtype], rates.fp32_peak_flops_per_s)
 
 
 @dataclass(frozen=True)
 class OpTimes:
-    """Per-op times of one step (seconds), by part of the roofline."""
+    """Per-op times of one step (seconds, times each entry's count), by resource."""
 
-    compute_s: np.ndarray
+    tensor_s: np.ndarray
     memory_s: np.ndarray
+    non_tensor_s: np.ndarray
     kernel_s: np.ndarray
 
+    @property
+    def op_s(self) -> np.ndarray:
+        return np.maximum(np.maximum(self.tensor_s, self.memory_s), self.non_tensor_s) + self.kernel_s
 
-_COMPUTE_INDEX = np.array([name in COMPUTE_CLASSES for name in OP_CLASSES])
-_KERNEL_INDEX = np.array([name != "view" for name in OP_CLASSES])
-_CONV_INDEX = np.array([name in ("conv", "grouped_conv") for name in OP_CLASSES])
 
 
-def op_times(table: OpTable, peaks: np.ndarray, bandwidth: float, params: SpeedParams) -> OpTimes:
-    """Roofline times of every entry in `table` (times its count). `peaks` per `DTYPES` index."""
-    e_max = np.array([params.compute_efficiency.get(name, 0.0) for name in OP_CLASSES])[table.op_class]
-    e_max = e_max * np.where(_CONV_INDEX[table.op_class] & ~table.channels_last, params.nchw_conv_factor, 1.0)
-    computing = _COMPUTE_INDEX[table.op_class] & (table.flops > 0)
-    peak = peaks[table.dtype]
+
+@dataclass(frozen=True)
+class OpFeatures:
+    """What the parameters act on, per op-table entry: computed once per table and GPU (the fit reuses it)."""
+
+    op_class: np.ndarray
+    generation: np.ndarray
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+    out_elements: np.ndarray
+    count: np.ndarray
+    computing: np.ndarray
+    launched: np.ndarray
+    non_tensor: np.ndarray
+    transposed: np.ndarray
+    """Half-precision NCHW convolutions: cuDNN transposes their tensors."""
+    fp32: np.ndarray
+    """fp32 ops (run on TF32 tensor cores where `rates.tf32`, else on the FP32 units)."""
+    in_l2: np.ndarray
+    wave_cost: np.ndarray
+    """>= 1: whole waves of tiles over the SMs over the tiles the op has (a partial wave costs a full one)."""
+    rates: EntryRates
+
+
+def op_features(table: OpTable, rates: EntryRates) -> OpFeatures:
+    cls = table.op_class
+    tiles = np.maximum(np.ceil(table.out_elements / TILE_ELEMENTS), 1)
+    return OpFeatures(cls, rates.generation, table.flops, table.bytes_moved, table.out_elements, table.count,
+                      _COMPUTE_INDEX[cls] & (table.flops > 0), _KERNEL_INDEX[cls],
+                      _KERNEL_INDEX[cls] & ~_COMPUTE_INDEX[cls],
+                      _CONV_INDEX[cls] & ~table.channels_last & _HALF_INDEX[table.dtype], ~_HALF_INDEX[table.dtype],
+                      table.bytes_moved <= rates.l2_bytes, np.ceil(tiles / rates.sm_count) * rates.sm_count / tiles,
+                      rates)
+
+
+def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: SpeedParams) -> OpTimes:
+    """The three resource times and the launch cost of every entry in `table` (or its `op_features`)."""
+    f = table if isinstance(table, OpFeatures) else op_features(table, rates)
+    r = f.rates
+    generation = np.array([params.generation_factor(g) for g in GENERATIONS])[f.generation]
+    # The generation factor is the tensor cores'; fp32 on the FP32 units has its own efficiency on every GPU.
+    simt = f.fp32 & ~r.tf32
+    class_e = np.array([params.compute_efficiency.get(name, 0.0) for name in OP_CLASSES])[f.op_class]
+    e_max = class_e * np.where(simt, params.e_fp32, generation * np.where(r.tf32, params.e_tf32, 1.0))
+    e_max = np.minimum(e_max, np.where(simt & _SIMT_CAPPED[f.op_class], SIMT_GEMM_CEILING, 1.0))  # never above peak
+    # A TF32-allowed op may run on the FP32 units instead (cuBLAS and cuDNN choose among both kinds of
+    # kernel): its rate is the faster of the two paths.
+    simt_e = np.minimum(class_e * params.e_fp32, np.where(_SIMT_CAPPED[f.op_class], SIMT_GEMM_CEILING, 1.0))
+    rate = np.where(r.tf32, np.fmax(r.peak * e_max, r.fp32_peak * simt_e), r.peak * e_max)
+    sms = r.sm_count
     with np.errstate(invalid="ignore", divide="ignore"):
-        compute = np.where(computing, (table.flops + params.flops_half) / (peak * np.minimum(e_max, 1.0)), 0.0)
-    launched = _KERNEL_INDEX[table.op_class]
-    memory = np.where(launched & (table.bytes_moved > 0),
-                      (table.bytes_moved + params.bytes_half) / (bandwidth * min(params.e_memory, 1.0)), 0.0)
-    return OpTimes(compute * table.count, memory * table.count,
-                   np.where(launched, params.kernel_us * 1e-6, 0.0) * table.count)
+        tensor = np.where(f.computing, (f.flops + sms * params.flops_per_sm_half) * f.wave_cost / rate, 0.0)
+    moved = f.bytes_moved * np.where(f.transposed, 1 + params.nchw_half_bytes, 1.0)
+    bandwidth = r.bandwidth * min(params.e_memory, 1.0) * np.where(f.in_l2, params.l2_speedup, 1.0)
+    memory = np.where(f.launched & (moved > 0), (moved + sms * params.bytes_per_sm_half) / bandwidth, 0.0)
+    non_tensor = np.where(f.non_tensor, f.out_elements / (sms * r.clock_hz * params.simt_per_cycle), 0.0)
+    kernel = np.where(f.launched, params.kernel_us * 1e-6, 0.0)
+    return OpTimes(tensor * f.count, memory * f.count, non_tensor * f.count, kernel * f.count)
 
 
 @dataclass(frozen=True)
@@ -175,9 +211,11 @@ class StepTime:
     gpu_s: float
     host_s: float
     compute_s: float
-    """Time of the ops whose FLOPs take longer than their bytes."""
+    """Time of the ops whose tensor work takes longest."""
     memory_s: float
-    """Time of the ops whose bytes take longer than their FLOPs."""
+    """Time of the ops whose bytes take longest."""
+    non_tensor_s: float
+    """Time of the ops whose non-tensor work (SMs x clock) takes longest."""
     kernel_overhead_s: float
     bound: Bound
 
@@ -187,13 +225,16 @@ def step_time(table: OpTable, rates: GpuRates, params: SpeedParams) -> StepTime:
     if np.isnan(rates.peak_flops_per_s[table.dtype[_COMPUTE_INDEX[table.op_class] & (table.flops > 0)]]).any():
         raise NoDatasheetPeak(f"--gpu {rates.gpu}: a compute op's dtype has no datasheet peak in "
                               "bench/data/gpus.csv; no prediction rather than a guess")
-    times = op_times(table, rates.peak_flops_per_s, rates.bandwidth_bytes_per_s, params)
-    compute_bound = times.compute_s >= times.memory_s
-    compute_s = float(times.compute_s[compute_bound].sum())
-    memory_s = float(times.memory_s[~compute_bound].sum())
+    times = op_times(table, EntryRates.of(table, rates), params)
+    stacked = np.stack([times.tensor_s, times.memory_s, times.non_tensor_s])
+    longest = stacked.argmax(axis=0)
+    compute_s, memory_s, non_tensor_s = (float(stacked[i][longest == i].sum()) for i in range(3))
     kernel_s = float(times.kernel_s.sum())
-    gpu_s = compute_s + memory_s + kernel_s
+    gpu_s = compute_s + memory_s + non_tensor_s + kernel_s
     host_s = float(table.count.sum()) * params.host_us * 1e-6
-    parts = {"compute": compute_s, "memory": memory_s, "overhead": max(kernel_s, host_s if host_s > gpu_s else 0)}
-    bound: Bound = max(parts, key=parts.get) if host_s <= gpu_s else "overhead"
-    return StepTime(max(gpu_s, host_s), gpu_s, host_s, compute_s, memory_s, kernel_s, bound)
+    if host_s > gpu_s:
+        bound: Bound = "overhead"
+    else:
+        parts = {"compute": compute_s, "memory": memory_s, "non-tensor": non_tensor_s, "overhead": kernel_s}
+        bound = max(parts, key=parts.get)
+    return StepTime(max(gpu_s, host_s), gpu_s, host_s, compute_s, memory_s, non_tensor_s, kernel_s, bound)

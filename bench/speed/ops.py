@@ -7,7 +7,7 @@ registry), plus the same attention formula for the CPU flash-attention kernel a 
 dispatches (the registry knows only the CUDA ones), and one correction: the registry's
 grouped-convolution backward ignores the groups in the weight gradient (a depthwise
 convolution's is counted channels times over), so that term is divided by the groups here. Bytes are every tensor read plus every tensor
-written, each once. Views and allocations launch no kernel: they are recorded (the host still
+written, each once; output elements are counted too (tiles and per-SM work). Views and allocations launch no kernel: they are recorded (the host still
 dispatches them) with class `view`.
 """
 
@@ -59,6 +59,9 @@ class OpRecord:
     """The compute dtype: the first floating-point input's (`float16`, `float32`, ...)."""
     channels_last: bool = False
     """Convolutions: the input is in channels-last format."""
+    out_elements: int = 0
+    """Elements of every output tensor: a compute kernel's output tiles (its waves over the SMs), a
+    non-tensor kernel's work per SM. 0 for views."""
 
 
 class OpRecorder(TorchDispatchMode):
@@ -101,7 +104,8 @@ def record_op(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) 
     dtype = str((floating or inputs or outputs or [torch.empty(0)])[0].dtype).removeprefix("torch.")
     cl = op_class in ("conv", "grouped_conv") and inputs[0].dim() == 4 and \
         inputs[0].is_contiguous(memory_format=torch.channels_last) and not inputs[0].is_contiguous()
-    return OpRecord(str(func), op_class, float(flops), moved, dtype, cl)
+    elements = 0 if op_class == "view" else sum(t.numel() for t in outputs)
+    return OpRecord(str(func), op_class, float(flops), moved, dtype, cl, elements)
 
 
 def classify(func: torch._ops.OpOverload, args: tuple) -> OpClass:

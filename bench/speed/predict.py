@@ -24,7 +24,8 @@ from bench.memory.estimate_grid import ESTIMATE_COLUMNS, estimate_device, estima
 from bench.results.provenance import provenance, utc_now
 from bench.results.schema import Column, config_columns, failure, failure_from
 from bench.results.store import RunsFile
-from bench.speed.model import ModelFile, NoDatasheetPeak, StepTime, gpu_rates, load_model_file, step_time
+from bench.speed.model import NoDatasheetPeak, StepTime, gpu_rates, step_time
+from bench.speed.params import ModelFile, load_model_file
 from bench.speed.trace import StepOps, trace_cell
 
 PREDICTED_FOLDER = "predicted"
@@ -34,13 +35,17 @@ PREDICTED_COLUMNS: dict[str, Column] = {
     "predicted_step_time_ms": Column("float", "predicted optimizer step: max(GPU time, host dispatch time)"),
     "predicted_gpu_ms": Column("float", "sum of the ops' roofline times and per-kernel costs"),
     "predicted_host_ms": Column("float", "ops dispatched x the host's measured cost per op"),
-    "predicted_compute_ms": Column("float", "time of the ops bound by FLOPs"),
+    "predicted_compute_ms": Column("float", "time of the ops bound by tensor work (FLOPs over peak, whole waves)"),
     "predicted_memory_ms": Column("float", "time of the ops bound by memory bandwidth"),
+    "predicted_non_tensor_ms": Column("float", "time of the ops bound by non-tensor work (SMs x clock)"),
     "predicted_kernel_overhead_ms": Column("float", "fixed per-kernel cost, all kernels"),
-    "predicted_bound": Column("str", "compute | memory | overhead (per-kernel cost or host dispatch): what sets "
-                                     "the predicted step"),
+    "predicted_bound": Column("str", "compute | memory | non-tensor | overhead (per-kernel cost or host dispatch): "
+                                     "what sets the predicted step"),
+    "samples_per_s_low": Column("float", "samples_per_s / the 90th percentile of predicted/measured in the "
+                                         "leave-one-GPU-out validation of this kind of GPU"),
+    "samples_per_s_high": Column("float", "samples_per_s / the 10th percentile of the same"),
     "speed_model_version": Column("str", "version of bench/data/speed_params.json"),
-    "speed_basis": Column("str", "predicted (model vX, validation median error Y %)"),
+    "speed_basis": Column("str", "predicted (model vX, leave-one-GPU-out on <kind> GPUs: median error Y %, p90 Z %)"),
 }
 
 
@@ -57,6 +62,9 @@ class Prediction:
     hfu_pct: float
     model_flops_per_sample: float
     hardware_flops_per_sample: float
+    interval: tuple[float, float] | None
+    """(low, high) samples/s from the cross-GPU validation's residuals (`ModelFile.interval`)."""
+    basis: str
 
 
 def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None = None) -> Prediction:
@@ -80,23 +88,27 @@ def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None 
     return Prediction(spec.gpu, step, samples_per_s, peak,
                       f"datasheet: {spec.gpu} {PEAK_COLUMN[cell.precision]} ({spec.source})",
                       utilization_pct(flops.model, samples_per_s, peak),
-                      utilization_pct(flops.hardware, samples_per_s, peak), flops.model, flops.hardware)
+                      utilization_pct(flops.hardware, samples_per_s, peak), flops.model, flops.hardware,
+                      model.interval(samples_per_s, spec), model.basis(spec))
 
 
 def prediction_columns(prediction: Prediction, model: ModelFile) -> dict:
     """The speed columns of a predicted row."""
     step = prediction.step
+    low, high = prediction.interval or (None, None)
     return {
         "gpu": prediction.gpu, "samples_per_s": prediction.samples_per_s,
         "predicted_step_time_ms": round(step.step_time_s * 1e3, 4), "predicted_gpu_ms": round(step.gpu_s * 1e3, 4),
         "predicted_host_ms": round(step.host_s * 1e3, 4), "predicted_compute_ms": round(step.compute_s * 1e3, 4),
         "predicted_memory_ms": round(step.memory_s * 1e3, 4),
+        "predicted_non_tensor_ms": round(step.non_tensor_s * 1e3, 4),
+        "samples_per_s_low": low, "samples_per_s_high": high,
         "predicted_kernel_overhead_ms": round(step.kernel_overhead_s * 1e3, 4), "predicted_bound": step.bound,
         "model_flops_per_sample": prediction.model_flops_per_sample,
         "hardware_flops_per_sample": prediction.hardware_flops_per_sample,
         "peak_flops_per_s": prediction.peak_flops_per_s, "peak_flops_source": prediction.peak_source,
         "mfu_pct": prediction.mfu_pct, "hfu_pct": prediction.hfu_pct,
-        "speed_model_version": model.version, "speed_basis": model.basis(),
+        "speed_model_version": model.version, "speed_basis": prediction.basis,
     }
 
 
@@ -149,7 +161,9 @@ def describe_prediction(row: dict) -> str:
     """One console line per predicted row."""
     if row["status"] != "predicted":
         return f"{row['status']:<9} {row['gpu']:<15} {row['cell_id']}  {row['error_type']}: {row['error_message']}"
-    return (f"predicted {row['gpu']:<15} {row['cell_id']}  {row['samples_per_s']:9.1f} samples/s, step "
+    band = "" if row.get("samples_per_s_low") is None else \
+        f" ({row['samples_per_s_low']:.0f}-{row['samples_per_s_high']:.0f})"
+    return (f"predicted {row['gpu']:<15} {row['cell_id']}  {row['samples_per_s']:9.1f}{band} samples/s, step "
             f"{row['predicted_step_time_ms']:.1f} ms, MFU {row['mfu_pct']:.1f} %, {row['predicted_bound']}-bound")
 
 

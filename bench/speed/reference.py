@@ -1,13 +1,19 @@
-"""The calibration data: timm's RTX 3090 training throughput, a traced subset of it, and its families.
+"""The calibration data: public throughput measurements on several GPUs, their traces, and their families.
 
-`bench/data/reference/timm_rtx3090_train_amp.csv` holds the measurements (source and conditions
-in the README beside it). Tracing all ~800 models would take an hour, so `select_rows` takes an
-even spread of `PER_FAMILY` models from each of `FAMILIES` (slowest to fastest), both memory
-formats; `trace_reference` traces them (AMP fp16, SGD, the row's batch, `attention = "eager"`:
-PyTorch 1.12 had no fused attention) and `write_reference_ops` stores their op tables, grouped,
-in `reference_ops.csv.gz`, which the fit reads. Only the channels-last row of a model is traced:
-its contiguous row is the same ops with the convolutions' inputs marked not channels-last (the
-op sequence of the two formats is the same; what differs is the convolution kernels' speed).
+Three sources, copied into `bench/data/reference/` with their provenance (README there):
+
+- timm's RTX 3090 training benchmark (AMP fp16, SGD, PyTorch 1.12, eager attention): `select_rows`
+  takes an even spread of `PER_FAMILY` models from each of `FAMILIES`, both memory formats.
+- NVIDIA DeepLearningExamples ConvNets (ResNeXt101-32x4d, SE-ResNeXt101-32x4d, EfficientNet-B0/B4)
+  training and inference on A100-40/80GB, V100-16/32GB and T4, one GPU, AMP / TF32 / FP32. Their
+  training rows ran with a real data loader (DALI): an input-bound row reads slower than the model.
+- timm's inference benchmark (AMP fp16, PyTorch 2.4 and 2.9, fused attention) on the RTX 3090 and 4090:
+  4 models per family (`timm_infer_sample.csv`), traced forward-only through the same recorder.
+
+Only the channels-last trace of a configuration is recorded: its contiguous row is the same ops with the
+convolutions' inputs marked not channels-last. fp16 and bf16 share a trace, tf32 and fp32 share one (the
+same shapes); the GPU rates tell them apart. `write_reference_ops` stores the grouped tables in
+`reference_ops.csv.gz`, which the fit reads, so it is fast and byte-for-byte reproducible.
 """
 
 from __future__ import annotations
@@ -16,23 +22,27 @@ import csv
 import gzip
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import timm
+import torch
 
 from bench.grid.cell import Cell
 from bench.memory.estimate import FakeModels
+from bench.speed.ops import OpRecorder
 from bench.speed.trace import DTYPES, OP_CLASSES, OpTable, trace_step_ops
+from bench.train.models import synthetic_batch
+from bench.train.step import autocast_for, configure_precision
 
 REFERENCE_FOLDER = "reference"
 MEASUREMENTS_FILE = "timm_rtx3090_train_amp.csv"
+DLE_FILE = "dle_convnets_perf.csv"
+INFER_FILE = "timm_infer_sample.csv"
 OPS_FILE = "reference_ops.csv.gz"
-REFERENCE_GPU = "RTX-3090"
-REFERENCE_PRECISION = "fp16"
 PER_FAMILY = 6
 
 FAMILIES: dict[str, str] = {
@@ -51,27 +61,49 @@ FAMILIES: dict[str, str] = {
 }
 """The families of the leave-one-family-out validation: timm name patterns, each matched whole."""
 
+DLE_GPUS = {"A100-SXM4-40GB": "A100-40GB", "A100-SXM4-80GB": "A100-80GB", "V100-SXM2-16GB": "V100-16GB",
+            "V100-SXM2-32GB": "V100-32GB", "T4": "T4"}
+"""DLE's GPU names -> catalog keys (the DGX-2's V100-SXM3-32GB has no sourced clock or bandwidth: left out)."""
+DLE_PRECISIONS = {"AMP": "fp16", "TF32": "tf32", "FP32": "fp32"}
+DLE_DOUBTS = ("SUSPECT", "old_stack_APEX_AMP_NCHW", "Throughput_Avg_differs")
+"""Flags of rows whose compiler doubted them (throughput_sources.md): a suspect 1-GPU table, 19.10's APEX
+stack with no stated batch, a throughput that disagrees with its own latency. Left out of the fit."""
+INFER_GPUS = {"RTX 3090": "RTX-3090", "RTX 4090": "RTX-4090"}
+"""The RTX 5090 and RTX PRO 6000 rows are left out: no dense tensor peak of theirs has a source."""
+
 
 @dataclass(frozen=True)
 class ReferenceRow:
+    source: str
+    """`timm-train`, `dle-train`, `dle-infer` or `timm-infer`."""
+    gpu: str
+    """Catalog key."""
+    mode: Literal["train", "infer"]
+    precision: str
+    """fp16 (AMP), tf32 or fp32."""
     model: str
     memory_format: str
+    """channels_last or contiguous."""
     samples_per_s: float
     batch_size: int
     image_size: int
     family: str
+    attention: str = "eager"
 
     @property
     def trace(self) -> str:
-        """The row's key in the ops file: `resnet34:channels_last`."""
-        return f"{self.model}:{self.memory_format}"
+        """The row's key in the ops file: `train:resnet34:224px:b256:half:eager:channels_last`."""
+        kind = "half" if self.precision in ("fp16", "bf16") else "float"
+        return (f"{self.mode}:{self.model}:{self.image_size}px:b{self.batch_size}:{kind}:{self.attention}:"
+                f"{self.memory_format}")
 
     def cell(self) -> Cell:
         """The cell that reproduces the row's conditions (one optimizer step, no accumulation)."""
         return Cell(experiment="reference", profile="cuda", model=self.model, image_size=self.image_size,
-                    micro_batch=self.batch_size, accum_steps=1, precision=REFERENCE_PRECISION,
-                    checkpointing="off", optimizer="sgd", channels_last=self.memory_format == "channels_last",
-                    warmup_steps=1, measured_steps=1, attention="eager")
+                    micro_batch=self.batch_size, accum_steps=1,
+                    precision="fp16" if self.precision in ("fp16", "bf16") else "fp32", checkpointing="off",
+                    optimizer="sgd", channels_last=self.memory_format == "channels_last", warmup_steps=1,
+                    measured_steps=1, attention=self.attention)
 
 
 def family_of(model: str) -> str | None:
@@ -86,20 +118,51 @@ def family_of(model: str) -> str | None:
     return found[0] if found else None
 
 
-def reference_rows() -> list[ReferenceRow]:
-    """Every measured row of a model timm still builds and a family knows."""
-    text = resources.files("bench.data").joinpath(REFERENCE_FOLDER, MEASUREMENTS_FILE).read_text()
+def _read(name: str) -> list[dict]:
+    return list(csv.DictReader(resources.files("bench.data").joinpath(REFERENCE_FOLDER, name)
+                               .read_text().splitlines()))
+
+
+def timm_train_rows() -> list[ReferenceRow]:
+    """Every RTX 3090 training row of a model timm still builds and a family knows."""
     rows = []
-    for row in csv.DictReader(text.splitlines()):
+    for row in _read(MEASUREMENTS_FILE):
         family = family_of(row["model"])
         if family and timm.is_model(row["model"]):
-            rows.append(ReferenceRow(row["model"], row["memory_format"], float(row["train_samples_per_s"]),
-                                     int(row["batch_size"]), int(row["image_size"]), family))
+            rows.append(ReferenceRow("timm-train", "RTX-3090", "train", "fp16", row["model"], row["memory_format"],
+                                     float(row["train_samples_per_s"]), int(row["batch_size"]),
+                                     int(row["image_size"]), family))
     return rows
 
 
+def dle_rows(n_gpus: int = 1) -> list[ReferenceRow]:
+    """DLE rows on `n_gpus` GPUs of a catalog GPU, a registered timm model and a stated batch size
+    (samples/s per GPU), each configuration once (the latest table that holds it)."""
+    rows: dict[tuple, ReferenceRow] = {}
+    for row in _read(DLE_FILE):
+        if int(row["n_gpus"]) != n_gpus or row["gpu"] not in DLE_GPUS or not row["batch_size_per_gpu"] \
+                or not timm.is_model(row["timm_equiv"]) or any(doubt in row["flags"] for doubt in DLE_DOUBTS):
+            continue
+        memory_format = "channels_last" if row["memory_format"] == "nhwc" else "contiguous"
+        ref = ReferenceRow(f"dle-{row['mode']}", DLE_GPUS[row["gpu"]], row["mode"], DLE_PRECISIONS[row["precision"]],
+                           row["timm_equiv"], memory_format, float(row["img_per_s_per_gpu"]),
+                           int(float(row["batch_size_per_gpu"])), int(row["img_size"]), family_of(row["timm_equiv"]))
+        key = (ref.trace, ref.gpu, ref.precision)
+        if key not in rows or row["is_latest_table"] == "1":
+            rows[key] = ref
+    return sorted(rows.values(), key=lambda r: (r.trace, r.gpu, r.precision))
+
+
+def timm_infer_rows() -> list[ReferenceRow]:
+    """The sampled timm inference rows on the RTX 3090 and 4090."""
+    return [ReferenceRow("timm-infer", INFER_GPUS[row["gpu"]], "infer", "fp16", row["model"],
+                         "channels_last" if row["memory_format"] == "nhwc" else "contiguous",
+                         float(row["samples_per_s"]), int(row["batch_size"]), int(row["img_size"]),
+                         family_of(row["model"]), "sdpa") for row in _read(INFER_FILE)]
+
+
 def select_rows(rows: list[ReferenceRow], per_family: int = PER_FAMILY) -> list[ReferenceRow]:
-    """`per_family` models per family, evenly spread from slowest to fastest, both memory formats."""
+    """`per_family` timm training models per family, evenly spread from slowest to fastest, both formats."""
     formats: dict[str, set[str]] = {}
     for row in rows:
         formats.setdefault(row.model, set()).add(row.memory_format)
@@ -112,19 +175,44 @@ def select_rows(rows: list[ReferenceRow], per_family: int = PER_FAMILY) -> list[
     return sorted((row for row in rows if row.model in chosen), key=lambda r: r.trace)
 
 
+def reference_rows() -> list[ReferenceRow]:
+    """Every calibration row: the traced timm training subset, DLE's one-GPU rows, the timm inference sample."""
+    return select_rows(timm_train_rows()) + dle_rows() + timm_infer_rows()
+
+
+def trace_forward(row: ReferenceRow, models: FakeModels) -> OpTable:
+    """An inference row's ops: one forward pass in eval mode, no gradients, under the row's autocast."""
+    cell = row.cell()
+    configure_precision(cell.precision)
+    model = models.get(cell)
+    recorder = OpRecorder()
+    model.eval()
+    try:
+        with models.mode:
+            images, _ = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
+                                        device="cpu")
+            with torch.no_grad(), autocast_for(cell.precision, "cpu"), recorder:
+                model(images)
+    finally:
+        model.train()
+    return OpTable.of(recorder.records)
+
+
 def trace_reference(rows: list[ReferenceRow], on_trace: Callable[[ReferenceRow, str], None] | None = None
                     ) -> dict[str, OpTable]:
-    """Each row's one-step op table, grouped; a model that cannot be traced is reported and left out."""
-    tables = {}
+    """Each configuration's op table, grouped; a model that cannot be traced is reported and left out."""
+    tables: dict[str, OpTable] = {}
+    models = FakeModels()
     for row in rows:
-        if row.memory_format != "channels_last":
+        traced = replace(row, memory_format="channels_last")
+        if traced.trace in tables:
             continue
         try:
-            table = trace_step_ops(row.cell(), FakeModels()).for_step(1)
-            tables[row.trace] = table.grouped()
-            contiguous = ReferenceRow(row.model, "contiguous", 0.0, row.batch_size, row.image_size, row.family)
-            tables[contiguous.trace] = OpTable(table.op_class, table.dtype, table.flops, table.bytes_moved,
-                                               np.zeros_like(table.channels_last), table.count).grouped()
+            table = trace_step_ops(traced.cell(), models).for_step(1) if row.mode == "train" else \
+                trace_forward(traced, models)
+            tables[traced.trace] = table.grouped()
+            tables[replace(traced, memory_format="contiguous").trace] = \
+                replace(table, channels_last=np.zeros_like(table.channels_last)).grouped()
             outcome = "traced"
         except Exception as exc:  # noqa: BLE001 - a model fake tensors cannot run is left out, named
             outcome = f"left out: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
@@ -133,7 +221,7 @@ def trace_reference(rows: list[ReferenceRow], on_trace: Callable[[ReferenceRow, 
     return tables
 
 
-_OPS_COLUMNS = ("trace", "op_class", "dtype", "flops", "bytes_moved", "channels_last", "count")
+_OPS_COLUMNS = ("trace", "op_class", "dtype", "flops", "bytes_moved", "channels_last", "count", "out_elements")
 
 
 def write_reference_ops(tables: dict[str, OpTable], path: Path) -> None:
@@ -145,7 +233,8 @@ def write_reference_ops(tables: dict[str, OpTable], path: Path) -> None:
         t = tables[trace]
         for i in range(len(t.count)):
             writer.writerow((trace, OP_CLASSES[t.op_class[i]], DTYPES[t.dtype[i]], int(t.flops[i]),
-                             int(t.bytes_moved[i]), int(t.channels_last[i]), int(t.count[i])))
+                             int(t.bytes_moved[i]), int(t.channels_last[i]), int(t.count[i]),
+                             int(t.out_elements[i])))
     with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as handle:
         handle.write(text.getvalue().encode())
 
@@ -158,10 +247,10 @@ def read_reference_ops(path: Path | None = None) -> dict[str, OpTable]:
     for row in csv.DictReader(io.StringIO(gzip.decompress(data).decode())):
         rows.setdefault(row["trace"], []).append(
             (OP_CLASSES.index(row["op_class"]), DTYPES.index(row["dtype"]), float(row["flops"]),
-             float(row["bytes_moved"]), row["channels_last"] == "1", float(row["count"])))
+             float(row["bytes_moved"]), row["channels_last"] == "1", float(row["count"]), float(row["out_elements"])))
     tables = {}
     for trace, entries in rows.items():
         c = list(zip(*entries))
         tables[trace] = OpTable(np.array(c[0], dtype=np.int8), np.array(c[1], dtype=np.int8), np.array(c[2]),
-                                np.array(c[3]), np.array(c[4], dtype=bool), np.array(c[5]))
+                                np.array(c[3]), np.array(c[4], dtype=bool), np.array(c[5]), np.array(c[6]))
     return tables

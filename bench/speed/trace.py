@@ -8,7 +8,7 @@ micro-step, K - 1 times the second, and the update: the prediction for any K cos
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Literal, get_args
 
 import numpy as np
@@ -36,34 +36,37 @@ class OpTable:
     channels_last: np.ndarray
     count: np.ndarray
     """How many times each entry runs in the step."""
+    out_elements: np.ndarray
+    """Output elements of each entry (`OpRecord.out_elements`)."""
 
     @classmethod
     def of(cls, records: Iterable[OpRecord], count: float = 1.0) -> OpTable:
         rows = [(OP_CLASSES.index(r.op_class), DTYPES.index(r.dtype) if r.dtype in DTYPES else len(DTYPES) - 1,
-                 r.flops, r.bytes_moved, r.channels_last) for r in records]
-        columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
+                 r.flops, r.bytes_moved, r.channels_last, r.out_elements) for r in records]
+        columns = list(zip(*rows)) if rows else [(), (), (), (), (), ()]
         return cls(np.array(columns[0], dtype=np.int8), np.array(columns[1], dtype=np.int8),
                    np.array(columns[2], dtype=np.float64), np.array(columns[3], dtype=np.float64),
-                   np.array(columns[4], dtype=bool), np.full(len(rows), count))
+                   np.array(columns[4], dtype=bool), np.full(len(rows), count),
+                   np.array(columns[5], dtype=np.float64))
 
     @classmethod
     def concat(cls, tables: list[OpTable]) -> OpTable:
         return cls(*(np.concatenate([getattr(t, name) for t in tables]) for name in _COLUMNS))
 
     def scaled(self, count: float) -> OpTable:
-        return OpTable(self.op_class, self.dtype, self.flops, self.bytes_moved, self.channels_last,
-                       self.count * count)
+        return replace(self, count=self.count * count)
 
     def grouped(self) -> OpTable:
         """Identical entries merged, their counts summed (the same step, fewer rows), in a fixed order."""
-        keys = np.stack([self.op_class, self.dtype, self.flops, self.bytes_moved, self.channels_last], axis=1)
+        keys = np.stack([self.op_class, self.dtype, self.flops, self.bytes_moved, self.channels_last,
+                         self.out_elements], axis=1)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
         counts = np.bincount(inverse.ravel(), weights=self.count, minlength=len(unique))
         return OpTable(unique[:, 0].astype(np.int8), unique[:, 1].astype(np.int8), unique[:, 2], unique[:, 3],
-                       unique[:, 4].astype(bool), counts)
+                       unique[:, 4].astype(bool), counts, unique[:, 5])
 
 
-_COLUMNS = ("op_class", "dtype", "flops", "bytes_moved", "channels_last", "count")
+_COLUMNS = ("op_class", "dtype", "flops", "bytes_moved", "channels_last", "count", "out_elements")
 
 
 @dataclass(frozen=True)
@@ -92,15 +95,16 @@ class StepOps:
                 raise ValueError(f"{part}: traces at micro-batches {self.micro_batch} and {other.micro_batch} "
                                  "differ in their ops")
             weight = (micro_batch - self.micro_batch) / (other.micro_batch - self.micro_batch)
-            parts[part] = OpTable(low.op_class, low.dtype, np.maximum(low.flops + weight * (high.flops - low.flops), 0),
-                                  np.maximum(low.bytes_moved + weight * (high.bytes_moved - low.bytes_moved), 0),
-                                  low.channels_last, low.count)
+            line = lambda a, b: np.maximum(a + weight * (b - a), 0)
+            parts[part] = replace(low, flops=line(low.flops, high.flops),
+                                  bytes_moved=line(low.bytes_moved, high.bytes_moved),
+                                  out_elements=line(low.out_elements, high.out_elements))
         return StepOps(parts, micro_batch)
 
     def with_dtype(self, old: str, new: str) -> StepOps:
         """The same ops with dtype `old` read as `new` (fp16's step from bf16's trace: the same shapes)."""
-        swap = lambda t: OpTable(t.op_class, np.where(t.dtype == DTYPES.index(old), DTYPES.index(new), t.dtype)
-                                 .astype(np.int8), t.flops, t.bytes_moved, t.channels_last, t.count)
+        swap = lambda t: replace(t, dtype=np.where(t.dtype == DTYPES.index(old), DTYPES.index(new), t.dtype)
+                                 .astype(np.int8))
         return StepOps({part: swap(table) for part, table in self.parts.items()}, self.micro_batch)
 
     def for_step(self, accum_steps: int) -> OpTable:
