@@ -1,10 +1,13 @@
 """Plan rows without measurements: memory from the estimator, speed from the throughput model.
 
 For a model, image size and effective batch E, each (precision, checkpointing) is traced at two
-micro-batches (`TRACED_MICRO_BATCHES`, K = 2, one fake trace each for memory and ops). Peak memory
-and every op's FLOPs and bytes are linear in the micro-batch, so the two traces give any size:
-per GPU, the largest power-of-two micro-batch m that divides E and fits (peak + headroom), with
-K = E / m, is predicted on that GPU. fp16 is read off bf16's trace (the same shapes; its GradScaler's
+micro-batches (`TRACED_MICRO_BATCHES`, K = 2, one fake trace each for memory and ops). Every op's
+FLOPs and bytes are linear in the micro-batch, so the two traces give the ops at any size. Peak memory
+is the largest of several phases' (each linear), so the line through two sizes is exact where the same
+phase sets the peak and too low elsewhere (by up to 53 % for ViT-B/16 with checkpointing, where the
+optimizer step sets the peak at small sizes): per GPU, the largest power-of-two micro-batch m that
+divides E and fits (peak + headroom) on the line is checked with a full trace of m, and halved until
+the trace fits; K = E / m is predicted on that GPU. Traces are kept in the disk cache (`bench.cache`). fp16 is read off bf16's trace (the same shapes; its GradScaler's
 few ops are left out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the
 model predicts them alike. The rows are `MeasuredRow`s with basis `predicted`, so `make_plan` ranks them
 beside measured rows, and a measured row of the same option wins.
@@ -16,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from bench.cache import ESTIMATOR_SOURCES, DiskCache
 from bench.cost.price import MeasuredRow
 from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
@@ -24,13 +28,15 @@ from bench.measure.hardware import gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import FakeModels
 from bench.memory.fit import memory_fit
+from bench.memory.probe import estimated_peak_bytes
 from bench.speed.model import NoDatasheetPeak, gpu_rates, step_time
 from bench.speed.params import load_model_file
 from bench.speed.trace import StepOps, trace_cell
 
-TRACED_MICRO_BATCHES = (4, 8)
-MEMORY_METHOD = (f"memory: the estimator's peak (fake-tensor trace, reserved) at micro-batches {TRACED_MICRO_BATCHES}, "
-                 "K = 2, read off the line through them; + headroom against the GPU's nominal memory")
+TRACED_MICRO_BATCHES = (8, 16)
+MEMORY_METHOD = ("memory: the estimator's peak (fake-tensor trace, reserved, K = 2) at the chosen micro-batch, found on "
+                 f"the line through micro-batches {TRACED_MICRO_BATCHES} and checked by a trace of its own; + headroom "
+                 "against the GPU's nominal memory")
 DEFAULT_PRECISIONS = ("bf16", "fp16", "tf32")
 _SEGMENT_BYTES = 2 * 2**20
 
@@ -61,21 +67,36 @@ class PlanCandidates:
 
 @dataclass
 class Traced:
-    """The line through two traces: peak bytes and ops at any micro-batch."""
+    """The line through two traces (peak bytes and ops at any micro-batch), and full traces of the sizes chosen."""
 
     low: tuple[int, float, StepOps]
     high: tuple[int, float, StepOps]
+    traced_peak: Callable[[int], float]
+    """The estimator's peak at a micro-batch, from a full trace (or the disk cache)."""
+    checked: dict[int, float] = field(default_factory=dict)
 
-    def peak_bytes(self, micro_batch: int) -> float:
+    def line_peak_bytes(self, micro_batch: int) -> float:
         (m1, p1, _), (m2, p2, _) = self.low, self.high
         return p1 + (p2 - p1) * (micro_batch - m1) / (m2 - m1)
 
+    def peak_bytes(self, micro_batch: int) -> float:
+        """The traced peak at `micro_batch` (each size traced once)."""
+        if micro_batch not in self.checked:
+            known = {self.low[0]: self.low[1], self.high[0]: self.high[1]}
+            self.checked[micro_batch] = known.get(micro_batch) or self.traced_peak(micro_batch)
+        return self.checked[micro_batch]
+
     def largest_fitting(self, capacity_gib: float, headroom: float, limit: int) -> int:
-        """The largest power-of-two micro-batch <= limit that divides `limit` and fits (0: none)."""
+        """The largest power-of-two micro-batch <= limit that divides `limit` and fits (0: none): the line's
+        answer (never too small: the line is at or below the peak at every power of two), checked by a trace and
+        halved until it fits."""
         m = 1
-        while m * 2 <= limit and limit % (m * 2) == 0 and memory_fit(self.peak_bytes(m * 2), headroom, capacity_gib).fits:
+        while m * 2 <= limit and limit % (m * 2) == 0 and \
+                memory_fit(self.line_peak_bytes(m * 2), headroom, capacity_gib).fits:
             m *= 2
-        return m if memory_fit(self.peak_bytes(m), headroom, capacity_gib).fits else 0
+        while m >= 1 and not memory_fit(self.peak_bytes(m), headroom, capacity_gib).fits:
+            m //= 2
+        return m
 
     def ops(self, micro_batch: int) -> StepOps:
         return self.low[2].at_micro_batch(self.high[2], micro_batch)
@@ -99,13 +120,8 @@ def predicted_plan_rows(request: PlanCandidates, on_trace: Callable[[str], None]
                                key=("bf16", "tf32", "fp32").index)
     for checkpointing in request.checkpointing:
         for traced_precision in traced_precisions:
-            began = time.monotonic()
-            traced = _trace_line(request, traced_precision, checkpointing, models)
-            progress.traces += 2
-            progress.seconds += time.monotonic() - began
-            if on_trace:
-                on_trace(f"traced {request.model} {traced_precision} ckpt-{checkpointing} at micro-batches "
-                         f"{TRACED_MICRO_BATCHES} ({time.monotonic() - began:.1f} s)")
+            began, traces_before = time.monotonic(), progress.traces
+            traced = _trace_line(request, traced_precision, checkpointing, models, progress)
             for precision in request.precisions:
                 if ("bf16" if precision == "fp16" else precision) != traced_precision:
                     continue
@@ -117,15 +133,40 @@ def predicted_plan_rows(request: PlanCandidates, on_trace: Callable[[str], None]
                     row = _row(request, traced, precision, checkpointing, gpu, model_file, progress)
                     if row is not None:
                         rows.append(row)
+            progress.seconds += time.monotonic() - began
+            if on_trace:
+                sizes = ", ".join(str(m) for m in sorted({*TRACED_MICRO_BATCHES, *traced.checked}))
+                on_trace(f"{request.model} {traced_precision} ckpt-{checkpointing}: peaks at micro-batches {sizes} "
+                         f"({progress.traces - traces_before} traced, the rest from the cache; "
+                         f"{time.monotonic() - began:.1f} s)")
     return rows
 
 
-def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, models: FakeModels) -> Traced:
+def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, models: FakeModels,
+                progress: Progress) -> Traced:
     points = []
     for micro_batch in TRACED_MICRO_BATCHES:
-        estimate, ops = trace_cell(request.cell(micro_batch, precision, checkpointing), models)
-        points.append((micro_batch, float(estimate.peak_reserved_bytes), ops))
-    return Traced(*points)
+        cell = request.cell(micro_batch, precision, checkpointing)
+        key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}}
+        stored = _TRACES.get(key)
+        try:
+            peak, ops = float(stored["peak_reserved_bytes"]), StepOps.from_json(stored["ops"])
+        except (TypeError, KeyError, ValueError):  # absent (None), or written by another layout
+            estimate, ops = trace_cell(cell, models)
+            peak = float(estimate.peak_reserved_bytes)
+            _TRACES.put(key, {"peak_reserved_bytes": peak, "ops": ops.to_json()})
+            progress.traces += 1
+        points.append((micro_batch, peak, ops))
+
+    def traced_peak(micro_batch: int) -> float:
+        peak, traced = estimated_peak_bytes(request.cell(micro_batch, precision, checkpointing), "cuda", models)
+        progress.traces += traced
+        return peak
+
+    return Traced(*points, traced_peak=traced_peak)
+
+
+_TRACES = DiskCache("plan-traces", sources=(*ESTIMATOR_SOURCES, "speed/trace.py", "speed/ops.py"))
 
 
 def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing: str, gpu: str, model_file,

@@ -76,6 +76,26 @@ class StepOps:
     parts: dict[Part, OpTable]
     micro_batch: int
 
+    def to_json(self) -> dict:
+        """The ops as JSON lists with their dtypes (the planner's disk cache); `from_json` reads them back exactly.
+
+        >>> ops = StepOps({p: OpTable.of([]) for p in PARTS}, 8)
+        >>> StepOps.from_json(ops.to_json()).micro_batch
+        8
+        """
+        return {"micro_batch": self.micro_batch,
+                "parts": {part: {name: [str(getattr(table, name).dtype), getattr(table, name).tolist()]
+                                 for name in _COLUMNS} for part, table in self.parts.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> StepOps:
+        """Raises KeyError, TypeError or ValueError for data of another layout."""
+        parts = {part: OpTable(*(np.array(columns[name][1], dtype=columns[name][0]) for name in _COLUMNS))
+                 for part, columns in data["parts"].items()}
+        if set(parts) != set(PARTS):
+            raise ValueError(f"parts {sorted(parts)}, not {PARTS}")
+        return cls(parts, int(data["micro_batch"]))
+
     def at_micro_batch(self, other: StepOps, micro_batch: int) -> StepOps:
         """The ops at `micro_batch`, read off the line through this trace and `other` (another micro-batch).
 
