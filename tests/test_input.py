@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -493,7 +494,10 @@ def test_plan_states_the_cores_to_feed_the_gpus_it_recommends():
     text = _plan_for(96, [cost])
     # 3,000 samples/s x 2.5 ms = 7.5 cores per GPU, + 1 for the training process, x 8 GPUs = 68 vCPUs.
     assert "1 loader-input rows" in text  # left out of the ranking: their CPU cost sizes the feeding
-    (feed,) = [line for line in text.splitlines() if line.startswith("feeding: ")]
+    lines = text.splitlines()
+    (start,) = [index for index, line in enumerate(lines) if line.startswith("feeding: ")]
+    wrapped = itertools.takewhile(lambda line: line.startswith("    "), lines[start + 1:])  # its continuation lines
+    feed = " ".join([lines[start], *(line.strip() for line in wrapped)])
     assert "7.5 decoding cores per GPU" in feed and "68 vCPUs; it has 96" in feed and "Test CPU" in feed
     assert "CANNOT FEED" not in text
     starved = _plan_for(32, [cost])

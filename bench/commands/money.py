@@ -43,6 +43,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--deadline-hours", type=positive, help="leave out options taking longer per run")
     plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")
     plan.add_argument("--top", type=positive_int, default=10, help="options to print (default 10)")
+    plan.add_argument("--wide", action="store_true",
+                      help="every column on the option's line (feeding, basis), unwrapped; default: lines of at most "
+                           "120 characters, the basis after the table")
     plan.add_argument("--gpu", action="append", default=[], metavar="KEY",
                       help="only instances with this catalog GPU (repeatable; default: every GPU)")
     plan.add_argument("--precision", action="append", choices=("bf16", "fp16", "tf32", "fp32"), default=[],
@@ -150,7 +153,7 @@ def plan_run(args: argparse.Namespace) -> int:
     if args.format == "json":
         emit("plan", plan_document(plan, described, args.top, loader[0]))
     else:
-        print(plan_text(plan, described, args.top, *loader))
+        print(plan_text(plan, described, args.top, *loader, wide=args.wide))
     return 0 if plan.options else 1
 
 
@@ -216,12 +219,15 @@ def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, insta
                                 headroom=args.headroom, model_options=model_extras(model_fields(args, image_size)))
     check_built(candidates.cell(1, "fp32", "off"))
     progress = Progress()
+    from bench.cost.outputs import wrapped
+
     with refused_step(model, f"{image_size} px"):
-        rows = predicted_plan_rows(candidates, lambda text: print(f"  {text}", flush=True), progress)
+        rows = predicted_plan_rows(candidates, lambda text: print("\n".join(wrapped(text, "  ")), flush=True),
+                                   progress)
     refused = "; ".join(f"{count} {why}" for why, count in progress.refused.items())
-    print(f"  predicted {len(rows)} options on {len(gpus)} GPUs in {time.monotonic() - began:.1f} s"
-          + (f" (not predicted: {refused})" if refused else ""))
-    print(f"  {MEMORY_METHOD}")
+    print("\n".join(wrapped(f"predicted {len(rows)} options on {len(gpus)} GPUs in {time.monotonic() - began:.1f} s"
+                            + (f" (not predicted: {refused})" if refused else ""), "  ")))
+    print("\n".join(wrapped(MEMORY_METHOD, "  ")))
     return rows
 
 

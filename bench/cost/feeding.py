@@ -146,5 +146,6 @@ FORMULA = (f"cores per GPU = its samples/s x loader CPU ms per sample / 1000, + 
 
 def no_loader_rows(where: str) -> str:
     """What to say when there is nothing to estimate from."""
-    return (f"feeding: no loader rows (input = loader) in {where}: the CPU cores needed to feed each GPU are not "
+    place = f" in {where}" if where else " given"
+    return (f"feeding: no loader rows (input = loader){place}: the CPU cores needed to feed each GPU are not "
             "estimated (run make bench-input, then pass --loader-rows results/input_pipeline/<device-tag>)")

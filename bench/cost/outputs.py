@@ -7,6 +7,7 @@ from `bench.cost.feeding` (when loader rows give the CPU cost per sample).
 from __future__ import annotations
 
 import csv
+import textwrap
 from datetime import date
 from pathlib import Path
 
@@ -259,10 +260,15 @@ def summary(table: CostTable, catalog_name: str, loader_costs: list[LoaderCost] 
     return "\n".join(out)
 
 
+WIDTH = 120
+"""`bench plan`'s lines are at most this wide by default (`--wide` prints every column on one line each)."""
+
+
 def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[LoaderCost] | None = None,
-              loader_source: str = "these rows") -> str:
-    """Console text: what the plan assumes, what it left out, the ranked options (with the cores that
-    feed each one's GPUs), and why the winner wins."""
+              loader_source: str = "", wide: bool = False) -> str:
+    """Console text: the ranked options (hours and dollars as ranges where predicted), why the winner wins, then
+    what the plan assumes and left out, the basis of each option's speed, and the cores that feed the winner.
+    Lines are wrapped at `WIDTH` unless `wide`, which adds the feeding and basis columns to the table."""
     request = plan.request
     sizes = [] if plan.image_size is None else [plan.image_size]
     cpu_projected = any(option.line.basis == "projected_from_cpu_profile" for option in plan.options)
@@ -271,27 +277,46 @@ def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[Loader
               f"deadline {request.deadline_hours:g} h" if request.deadline_hours else ""]
     out = [f"plan: {request.model} at effective batch {request.effective_batch}, ranked by {basis} USD per run"
            + "".join(f", {limit}" for limit in limits if limit)]
-    out += [f"  {text}" for text in _context(request.workload, plan.assumptions, sizes, catalog_name,
-                                             plan.oldest_price_observed, cpu_projected,
-                                             [option.line.instance for option in plan.options])]
-    out += [f"  {text}" for text in feeding_lines(sizes, loader_costs or [], loader_source)]
-    if plan.left_out:
-        out.append("  left out: " + "; ".join(f"{count} {why}" for why, count in plan.left_out.items()))
     feeds = {id(option): line_feeding(option.line, loader_costs or []) for option in plan.options}
+    shown = plan.options[:top]
+    bases = list(dict.fromkeys(option.basis_text for option in shown))
+    instance_width = max([len("instance")] + [len(option.line.instance.label) for option in shown]) if not wide else 44
     if plan.options:
-        out.append(f"  {'rank':>4}  {'usd_per_run':>11}  {'hours_per_run':>13}  {'instance':<44} "
-                   f"{'configuration':<36} {'feeding':<50} basis")
-    for rank, option in enumerate(plan.options[:top], start=1):
+        out.append(f"  {'rank':>4}  {'usd_per_run':>11}  {'hours_per_run':>13}  {'instance':<{instance_width}} "
+                   + (f"{'configuration':<36} {'feeding':<50} basis" if wide else "configuration"))
+    for rank, option in enumerate(shown, start=1):
+        line = (f"  {rank:>4}  {option.usd_per_run:>11,.2f}  {option.hours_per_run:>13,.2f}  "
+                f"{option.line.instance.label:<{instance_width}} {option.configuration}")
         fed = feeds[id(option)]
-        out.append(f"  {rank:>4}  {option.usd_per_run:>11,.2f}  {option.hours_per_run:>13,.2f}  "
-                   f"{option.line.instance.label:<44} {option.configuration:<36} "
-                   f"{fed[0].describe() if fed else 'no loader rows':<50} {option.evidence}")
+        out.append(f"{line:<{len(line) + 36 - len(option.configuration)}} "
+                   f"{fed[0].describe() if fed else 'no loader rows':<50} {option.evidence}" if wide else line)
     if len(plan.options) > top:
         out.append(f"  ... {len(plan.options) - top} more (--top)")
-    out.append(f"why: {plan.reason}")
+    notes = [f"why: {plan.reason}"]
+    if not wide:  # each option's basis (hours and dollars as ranges where predicted), a shared basis said once
+        notes += [f"basis [{index}]: {text}" for index, text in enumerate(bases, start=1)]
+        notes += [f"  {rank}: [{bases.index(option.basis_text) + 1}]"
+                  + (f" {option.evidence.removeprefix(option.basis_text).lstrip('; ')}"
+                     if option.evidence != option.basis_text else "")
+                  for rank, option in enumerate(shown, start=1)]
+    context = _context(request.workload, plan.assumptions, sizes, catalog_name, plan.oldest_price_observed,
+                       cpu_projected, [option.line.instance for option in plan.options])
+    context += feeding_lines(sizes, loader_costs or [], loader_source)
+    if plan.left_out:
+        context.append("left out: " + "; ".join(f"{count} {why}" for why, count in plan.left_out.items()))
+    notes += [f"  {line}" for line in context]
     if plan.options:
-        out.append(f"feeding: {_winner_feeding(plan.options[0], feeds[id(plan.options[0])])}")
+        notes.append(f"feeding: {_winner_feeding(plan.options[0], feeds[id(plan.options[0])])}")
+    for note in notes:
+        indent = note[:len(note) - len(note.lstrip())]
+        out += [note] if wide else wrapped(note.lstrip(), indent)
     return "\n".join(out)
+
+
+def wrapped(text: str, indent: str = "") -> list[str]:
+    """`text` in lines of at most `WIDTH` characters, continuation lines indented four more spaces."""
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "    ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _winner_feeding(option, fed: tuple[Feeding, LoaderCost, str] | None) -> str:
