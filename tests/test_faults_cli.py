@@ -310,6 +310,22 @@ def test_report_reads_a_runs_file_linked_from_outside_and_leaves_the_target_alon
     assert outside.read_bytes() == before
 
 
+def test_run_refuses_a_runs_file_linked_from_outside_before_measuring(work, capsys):
+    from bench.measure.device import detect_device
+
+    outside = work / "outside.csv"
+    shutil.copy(ROWS, outside)
+    folder = work / "results" / "smoke" / detect_device("cpu").tag
+    folder.mkdir(parents=True)
+    (folder / "runs.csv").symlink_to(outside)
+    before = outside.read_bytes()
+    assert main(["run", str(REPO / "experiments" / "smoke.toml"), "--device", "cpu",
+                 "--results", str(work / "results")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "symbolic link" in error and "Traceback" not in error
+    assert outside.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["runs.csv"]
+
+
 # --- catalogs -----------------------------------------------------------------------------------------
 
 _CATALOG_BAD = {"provider": [""], "instance": [""], "gpu": ["A100", "", "TPU"], "gpu_count": ["0", "-1", "1.5", "x", ""],

@@ -138,11 +138,19 @@ class RunsFile:
         return (f"{self.path}: the last line was incomplete (an interrupted write); its {len(torn)} bytes "
                 f"were moved to {side.name}")
 
+    def refuse_links(self) -> None:
+        """A runs file that is a symbolic link would take appends wherever it points, outside the results folder:
+        refused (`ResultsFileError`, one line) before anything is measured or written."""
+        if self.path.is_symlink():
+            raise ResultsFileError(f"{self.path}: a symbolic link (to {os.readlink(self.path)}); rows are written only "
+                                   "to a regular runs file inside the results folder: put the file itself there")
+
     def write(self, row: dict) -> None:
         """Append `row`, or replace the earlier row of the same cell; `RowNotWritten` if the disk refuses."""
         unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
+        self.refuse_links()
         note = self.repair_torn_tail()
         if note:
             print(note, file=sys.stderr)

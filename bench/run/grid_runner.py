@@ -79,6 +79,7 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
     existing = {row["cell_id"]: row for row in runs.rows()}  # a corrupt file stops the grid here
     todo = cells_to_run(grid, existing, options)
     if todo:
+        runs.refuse_links()
         preflight(folder)  # a folder that cannot take rows fails before anything is measured
         note = runs.repair_torn_tail()
         if note:
