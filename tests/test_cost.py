@@ -381,7 +381,8 @@ def test_bad_catalog_and_bad_folder_exit_2_with_one_line(tmp_path):
     assert result.stderr.strip() == f"bench: {bad}: row 1 (line 2), column usd_per_hour: 'cheap': " \
                                     f"Input should be a valid number, unable to parse string as a number"
     missing = run_bench("plan", str(tmp_path / "nowhere"), "--model", "resnet50", "--effective-batch", "128")
-    assert missing.returncode == 2 and "no runs.csv here" in missing.stderr
+    assert missing.returncode == 2 and "nowhere: no such folder" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
