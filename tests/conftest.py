@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import multiprocessing.process
 import os
 import subprocess
@@ -52,6 +53,17 @@ def run_bench(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedPro
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True,
                           text=True, env=env, timeout=600, **kwargs)
+
+
+def paragraphs(text: str, prefix: str) -> list[str]:
+    """The lines of console `text` that start with `prefix`, each joined with its wrapped continuation lines (those
+    indented four more spaces), as one line: what `bench plan` wraps at 120 characters reads back whole."""
+    lines, found = text.splitlines(), []
+    for index, line in enumerate(lines):
+        if line.startswith(prefix):
+            rest = itertools.takewhile(lambda more: more.startswith(" " * 4), lines[index + 1:])
+            found.append(" ".join([line, *(more.strip() for more in rest)]))
+    return found
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from conftest import read_rows, run_bench
+from conftest import paragraphs, read_rows, run_bench
 
 from bench.cost.catalog import COLUMNS as CATALOG_COLUMNS
 from bench.cost.catalog import Instance, load_catalog
@@ -390,7 +390,7 @@ def test_plan_command_prints_a_ranking_and_one_reason(tmp_path):
     folder = _results_folder(tmp_path, _plan_rows())
     result = run_bench("plan", str(folder), "--model", "resnet50", "--effective-batch", "128", "--provider", "lambda")
     assert result.returncode == 0, result.stderr
-    why = [line for line in result.stdout.splitlines() if line.startswith("why: ")]
+    why = paragraphs(result.stdout, "why: ")
     # 128x1 measured at 2000 samples/s on an A100: $20.64 on Lambda's A100 at $1.29/h, but at the same
     # MFU an H100 PCIe is 756/312 = 2.42x faster for 1.93x the price ($2.49/h): $16.46, the winner,
     # projected; the H100 SXM (3.17x faster, $3.29/h) comes second at $16.62.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import json
 import multiprocessing
 import os
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import read_rows, tiny_grid
+from conftest import paragraphs, read_rows, tiny_grid
 from PIL import Image
 
 from bench.cli import main as bench_main
@@ -494,10 +493,7 @@ def test_plan_states_the_cores_to_feed_the_gpus_it_recommends():
     text = _plan_for(96, [cost])
     # 3,000 samples/s x 2.5 ms = 7.5 cores per GPU, + 1 for the training process, x 8 GPUs = 68 vCPUs.
     assert "1 loader-input rows" in text  # left out of the ranking: their CPU cost sizes the feeding
-    lines = text.splitlines()
-    (start,) = [index for index, line in enumerate(lines) if line.startswith("feeding: ")]
-    wrapped = itertools.takewhile(lambda line: line.startswith("    "), lines[start + 1:])  # its continuation lines
-    feed = " ".join([lines[start], *(line.strip() for line in wrapped)])
+    (feed,) = paragraphs(text, "feeding: ")
     assert "7.5 decoding cores per GPU" in feed and "68 vCPUs; it has 96" in feed and "Test CPU" in feed
     assert "CANNOT FEED" not in text
     starved = _plan_for(32, [cost])
