@@ -7,7 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench.commands.common import add_device_option, positive, positive_int
+from bench.commands.common import add_device_option, non_negative, positive, positive_int
 from bench.commands.formats import add_format_option, emit, grid_document
 from bench.grid.spec import MAX_CELLS, Grid, load_grid, require_precisions
 from bench.measure.device import DeviceInfo, detect_device
@@ -44,6 +44,15 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="submitit's job folder, shared with the nodes (default: RESULTS/slurm_jobs)")
     run.add_argument("--wait", action="store_true",
                      help="when another runner holds the results folder, wait for it instead of exiting")
+    run.add_argument("--threads", type=positive_int,
+                     help="intra-op threads per cell on a CPU, overriding run.threads (default: the cores this "
+                          "process may use: affinity mask, cgroup quota)")
+    run.add_argument("--require-quiet", action="store_true",
+                     help="a cell timed while other processes kept its cores busy is measured again (twice), then "
+                          "recorded as a failure (MachineBusy) instead of a row timed under load")
+    run.add_argument("--quiet-wait-s", type=non_negative,
+                     help="seconds to wait at most before each cell for the machine to quieten, overriding "
+                          "run.quiet_wait_s (default 120)")
     run.add_argument("--data-dir", type=Path,
                      help="ImageFolder tree (DIR/<class>/<image>.JPEG) the loader inputs read (default: the generated "
                           "ImageNet-like set, made once into the cache folder: bench data make)")
@@ -82,7 +91,14 @@ def run_grids(args: argparse.Namespace) -> int:
     )
     from bench.results.lock import runner_lock
     from bench.run.executors import SlurmOptions, target_device
-    from bench.run.grid_runner import RunOptions, results_dir, run_grid
+    from bench.run.grid_runner import (
+        RunOptions,
+        cell_device,
+        existing_rows,
+        measure_plan,
+        results_dir,
+        run_grid,
+    )
 
     # SIGTERM unwinds like Ctrl-C, so the runner's cleanup kills the cell it is waiting for.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -94,19 +110,26 @@ def run_grids(args: argparse.Namespace) -> int:
     data = data_for(grids, args.data_dir)  # so is the data dir
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
                          timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,
-                         executor=args.executor, slurm=slurm, data=data)
+                         executor=args.executor, slurm=slurm, data=data, threads=args.threads,
+                         require_quiet=args.require_quiet, quiet_wait_s=args.quiet_wait_s)
     for grid in grids:
         results_dir(grid, device, args.results)  # every grid's folder name checked before anything runs
     with runner_lock(args.results, wait=args.wait):  # one runner per results folder
         for grid in grids:
             folder = results_dir(grid, device, args.results)
+            threads = cell_device(grid, device, options).threads
             console.print(f"[bold]{grid.name}[/]: {len(grid.cells)} cells, profile [bold]{grid.profile}[/] "
-                          f"on {device.type} ({device.name}, {device.threads} threads) -> {folder}/runs.csv")
+                          f"on {device.type} ({device.name}, {threads} threads) -> {folder}/runs.csv")
             if grid.profile_description:
                 console.print(f"  profile {grid.profile}: {grid.profile_description}")
+            plan = measure_plan(grid, existing_rows(grid, device, options), options)
+            console.print(f"  {plan.describe(folder / 'runs.csv')}")
             with grid_progress(grid.name) as (on_start, on_row):
                 rows = run_grid(grid, device, options, on_row=on_row, on_start=on_start)
-            console.print(summary_table(f"{grid.name} on {device.name} (profile {grid.profile})", rows))
+            measured_now = (f"{len(plan.todo)} measured now" if plan.todo
+                            else "nothing measured now: rows of earlier runs")
+            console.print(summary_table(f"{grid.name} on {device.name} (profile {grid.profile}; {measured_now})",
+                                        rows))
             if grid.profile == "cpu":
                 _cpu_profile_scope(grid, folder)
     return 0

@@ -183,9 +183,18 @@ class RunSettings(_Strict):
     warmup_steps: int = Field(default=2, gt=0, le=10_000)
     """Optimizer steps before measuring (at least one, so optimizer state exists; at most 10,000)."""
     measured_steps: int = Field(default=5, gt=0, le=10_000)
-    """Timed optimizer steps (at most 10,000)."""
+    """Timed optimizer steps at least (at most 10,000); more are timed until target_ci95_rel is met."""
+    target_ci95_rel: float = Field(default=0.05, gt=0, le=1)
+    """Timing stops once the 95 % interval of the median step time is this narrow, relative to the median."""
+    timing_budget_s: float = Field(default=60.0, gt=0, le=86_400)
+    """Seconds the timed steps of one cell may take before it stops short of the target (the row says so)."""
     timeout_s: float = Field(default=900.0, gt=0, le=86_400)
     """Wall-clock limit for one cell's process, in seconds (a finite number, at most a day)."""
+    threads: int | None = Field(default=None, ge=1, le=1024)
+    """Intra-op threads per cell on a CPU; unset: the cores this process may use (affinity, cgroup quota).
+    `bench run --threads` overrides it."""
+    quiet_wait_s: float = Field(default=120.0, ge=0, le=86_400)
+    """Before each cell, seconds to wait at most for other work to leave the cell's cores free."""
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import platform
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from bench.errors import DeviceUnavailable
+from bench.measure.cpu import CpuIdentity, cpu_identity, slug, thread_budget
 
 DeviceChoice = Literal["auto", "cuda", "cpu"]
 
@@ -21,21 +19,29 @@ class DeviceInfo:
     precisions: tuple[str, ...]
     """Precisions this device can train in."""
     threads: int
-    """Intra-op CPU threads torch uses."""
+    """Intra-op CPU threads each cell's process uses (on CPU: the thread budget, or what the grid or
+    `--threads` asks for)."""
+    cpu: CpuIdentity | None = None
+    """The CPU's model, ISA and cores: on a CPU device, part of its tag; None where not detected."""
 
     @property
     def tag(self) -> str:
-        """Folder name for this device's results, e.g. `nvidia-h200` or `cpu-intel-xeon-processor`."""
-        slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\((r|tm)\)|\bcpu\b|@.*", "", self.name.lower()))
-        slug = slug.strip("-") or "unknown"
-        return slug if self.type == "cuda" else f"cpu-{slug}"
+        """Folder name for this device's results, e.g. `nvidia-h200` or `cpu-amd-epyc-f26m2-avx512bf16-2c`.
+
+        A CPU's tag names its family/model, ISA level and cores, so rows of two different machines
+        never share a folder (a VM's model name alone may say only "AMD EPYC").
+        """
+        if self.type == "cuda":
+            return slug(self.name)
+        return "-".join(("cpu", slug(self.name), *([self.cpu.tag_suffix] if self.cpu else [])))
 
 
-def detect_device(choice: DeviceChoice = "auto") -> DeviceInfo:
+def detect_device(choice: DeviceChoice = "auto", threads: int | None = None) -> DeviceInfo:
     """The CUDA device if there is one (or `choice` forces one), else the CPU.
 
-    Creates no CUDA context in this process (the device is queried from a child), so the
-    cells' processes get the whole GPU.
+    `threads`: intra-op threads per cell; None: the thread budget (`bench.measure.cpu.thread_budget`)
+    on a CPU, torch's default with a GPU. Creates no CUDA context in this process (the device is
+    queried from a child), so the cells' processes get the whole GPU.
     """
     import torch  # here, not at the top: `bench --help` and the CLI's parsers never load torch
 
@@ -50,21 +56,13 @@ def detect_device(choice: DeviceChoice = "auto") -> DeviceInfo:
         name, bf16 = call_in_child(_cuda_facts)
         # bf16 in hardware is Ampere or later, which is also where TF32 tensor cores begin.
         precisions = ("fp32", "bf16", "fp16", "tf32") if bf16 else ("fp32", "fp16")
-        return DeviceInfo("cuda", name, precisions, torch.get_num_threads())
+        return DeviceInfo("cuda", name, precisions, threads or torch.get_num_threads())
     # CPU autocast runs bf16 and fp16 (fp16 very slowly on most CPUs: keep it to few cells).
-    return DeviceInfo("cpu", cpu_model_name(), ("fp32", "bf16", "fp16"), torch.get_num_threads())
+    identity = cpu_identity()
+    return DeviceInfo("cpu", identity.model_name, ("fp32", "bf16", "fp16"), threads or thread_budget(), identity)
 
 
 def _cuda_facts() -> tuple[str, bool]:
     import torch
 
     return torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported(including_emulation=False)
-
-
-def cpu_model_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "cpu"

@@ -2,8 +2,9 @@
 
 A CPU has no datasheet peak worth dividing by, so its peak is measured: the best of several
 rounds of a large matmul per precision, once per device and thread count, and stored with its
-date in `<results>/peaks/<device-tag>/peaks.csv`. Every results folder measured on that device
-then divides by the same number; `bench peak --measure` re-measures it, on purpose.
+date and the foreign load it was measured under in `<results>/peaks/<device-tag>/peaks.csv`. Every
+results folder measured on that device then divides by the same number; a stored peak measured under
+load (or before the load was recorded) is measured again; `bench peak --measure` re-measures it, on purpose.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from bench.measure.device import DeviceInfo
 from bench.measure.hardware import PEAK_COLUMN, find_gpu
+from bench.measure.host import foreign_load_cores, loaded, read_load, wait_for_quiet
 from bench.measure.timing import best_time_s
 
 PEAKS_FOLDER = "peaks"
@@ -26,7 +28,9 @@ CPU_MATRIX_SIDE = {"fp32": 2048, "bf16": 2048, "fp16": 512}
 CPU_ROUNDS = 5
 CPU_SECONDS_PER_ROUND = 1.0
 STORED_COLUMNS = ("device_tag", "device_name", "threads", "precision", "flops_per_s", "matrix_side", "rounds",
-                  "seconds_per_round", "measured_utc", "torch_version")
+                  "seconds_per_round", "measured_utc", "torch_version", "foreign_load_cores")
+PEAK_QUIET_WAIT_S = 120.0
+"""Seconds to wait at most for other work to leave the CPU's cores free before measuring its peak."""
 
 _MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -65,25 +69,37 @@ def stored_peak(device: DeviceInfo, precision: str, results_root: Path) -> dict 
     if not path.is_file():
         return None
     for row in csv.DictReader(path.read_text().splitlines()):
-        if row["precision"] == precision and int(row["threads"]) == device.threads:
+        if row["precision"] == precision and int(row["threads"]) == device.threads and quiet_peak(row, device):
             return row
     return None
+
+
+def quiet_peak(row: dict, device: DeviceInfo) -> bool:
+    """A stored peak measured with the machine to itself (its foreign load recorded and small)."""
+    recorded = row.get("foreign_load_cores") or ""
+    return recorded != "" and not loaded(float(recorded), device.threads)
 
 
 def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: Path) -> dict[str, dict]:
     """Measure the CPU's matmul peak for `precisions` and store it (replacing earlier rows for them)."""
     path = peaks_file(device, results_root)
     measured_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    torch.set_num_threads(device.threads)  # as the cells will run
     fresh = {}
     for precision in precisions:
+        wait_for_quiet(device.threads, PEAK_QUIET_WAIT_S)
+        before = read_load()
         flops = max(measure_matmul_peak(precision, torch.device("cpu"), CPU_MATRIX_SIDE[precision],
                                         CPU_SECONDS_PER_ROUND)[0] for _ in range(CPU_ROUNDS))
+        foreign = foreign_load_cores(before, read_load())
         fresh[precision] = {"device_tag": device.tag, "device_name": device.name, "threads": device.threads,
                             "precision": precision, "flops_per_s": flops, "matrix_side": CPU_MATRIX_SIDE[precision],
                             "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
-                            "measured_utc": measured_utc, "torch_version": torch.__version__}
+                            "measured_utc": measured_utc, "torch_version": torch.__version__,
+                            "foreign_load_cores": "" if foreign is None else round(foreign, 3)}
     kept = [row for row in (csv.DictReader(path.read_text().splitlines()) if path.is_file() else [])
             if not (row["precision"] in fresh and int(row["threads"]) == device.threads)]
+    kept = [{column: row.get(column, "") for column in STORED_COLUMNS} for row in kept]  # an older file's rows
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=STORED_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -97,9 +113,10 @@ def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: P
 
 def describe_stored(row: dict, path: Path) -> str:
     """How a stored CPU peak was measured, for the rows that divide by it."""
+    load = row.get("foreign_load_cores") or "unrecorded"
     return (f"measured {row['measured_utc'][:10]}: best of {row['rounds']} rounds of {row['seconds_per_round']} s "
             f"of torch.matmul {row['matrix_side']}x{row['matrix_side']} {row['precision']} on this CPU, "
-            f"{row['threads']} threads ({Path(*path.parts[-3:])})")
+            f"{row['threads']} threads, foreign load {load} cores ({Path(*path.parts[-3:])})")
 
 
 def measure_matmul_peak(precision: str, device: torch.device, size: int = 1024,

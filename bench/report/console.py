@@ -71,7 +71,8 @@ def _spread(row: dict) -> str:
     if row["status"] != "ok" or rel in (None, ""):
         return ""
     noisy = str(row.get("noisy")).lower() == "true"
-    return f"{50 * float(rel):.1f}" + (" NOISY" if noisy else "")
+    busy = str(row.get("loaded")).lower() == "true"  # timed while other processes took the cell's cores
+    return f"{50 * float(rel):.1f}" + (" NOISY" if noisy else "") + (" LOADED" if busy else "")
 
 
 def _headline(row: dict) -> str:

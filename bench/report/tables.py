@@ -43,6 +43,9 @@ def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
         "MFU (%)": rows.mfu_pct.round(2),
         "HFU (%)": rows.hfu_pct.round(2),
         "load (1 min)": rows.load_avg_1m.round(2),
+        # rows measured before the quiet guard have no foreign load: the column appears once a row has one
+        **({"other load (cores)": rows.foreign_load_cores.round(2)}
+           if "foreign_load_cores" in rows and rows.foreign_load_cores.notna().any() else {}),
     })
 
 
@@ -53,7 +56,8 @@ def spread_text(row) -> str:
     if pd.isna(row.step_time_ci95_rel):
         return f"n={len(json.loads(row.step_times_ms)) if row.step_times_ms else 0}, not stated"
     text = f"±{50 * row.step_time_ci95_rel:.1f}"
-    return text + (" NOISY" if _true(row.noisy) else "") + (" (remeasured)" if _true(row.remeasured) else "")
+    return (text + (" NOISY" if _true(row.noisy) else "") + (" LOADED" if _true(getattr(row, "loaded", None)) else "")
+            + (" (remeasured)" if _true(row.remeasured) else ""))
 
 
 def _true(flag: object) -> bool:

@@ -62,7 +62,12 @@ COLUMNS: dict[str, Column] = {
     "device_type": Column("str", "cuda | cpu"),
     "device_name": Column("str", "torch.cuda.get_device_name() or the CPU model"),
     "device_tag": Column("str", "results folder name for the device"),
-    "cpu_threads": Column("int", "torch intra-op threads (per process: the cores shared among the ranks on CPU)"),
+    "cpu_threads": Column("int", "torch intra-op threads (per process: the cores shared among the ranks on CPU); "
+                                 "on a CPU the runner's thread budget (affinity, cgroup quota) unless the grid's "
+                                 "run.threads or --threads sets it"),
+    "cpu_isa": Column("str", "the CPU's speed-relevant ISA features, space-separated (bench.measure.cpu.SPEED_FLAGS); "
+                             "empty on a GPU row"),
+    "cpu_cores": Column("int", "physical cores of the CPU (empty on a GPU row)"),
     "torch_version": Column("str"), "timm_version": Column("str"),
     "bitsandbytes_version": Column("str", "empty if not installed"),
     "cuda_version": Column("str", "torch.version.cuda, empty on a CPU-only build"), "python_version": Column("str"),
@@ -127,6 +132,19 @@ COLUMNS: dict[str, Column] = {
     "discarded_step_times_ms": Column("json", "the other measurement's step times, when remeasured"),
     "discarded_ci95_rel": Column("float", "the other measurement's dispersion, when remeasured"),
     "load_avg_1m": Column("float", "the host's 1-minute load average when the cell started (os.getloadavg)"),
+    "load_avg_1m_after": Column("float", "the same when the cell ended"),
+    "quiet_wait_s": Column("float", "seconds the runner waited for other work to leave the cell's cores free before "
+                                    "measuring (at most run.quiet_wait_s)"),
+    "foreign_load_cores": Column("float", "cores other processes kept busy while the steps were timed: /proc/stat's "
+                                          "busy time less the cell's own process tree's, over the wall time; empty "
+                                          "under DDP"),
+    "loaded": Column("bool", "foreign_load_cores took more than the cores the cell's threads leave free (+0.25, "
+                             "bench.measure.host.QUIET_SLACK_CORES): the timing shared the machine"),
+    "warmup_steps_run": Column("int", "warm-up steps taken before the trace and the timing: at least run.warmup_steps, "
+                                      "then until a step's time is within 10 % of the one before"),
+    "ci95_target_rel": Column("float", "the width of the median's 95 % interval the timing stopped at (run."
+                                       "target_ci95_rel); empty: a fixed count of run.measured_steps (DDP)"),
+    "ci95_target_met": Column("bool", "the timing reached ci95_target_rel within run.timing_budget_s"),
     "cpu_steal_pct": Column("float", "CPU time stolen by the hypervisor while the cell ran, % of all CPU time "
                                      "(/proc/stat); empty where unreadable"),
     "samples_per_s": Column("float", "effective_batch / median step time: one process's (under DDP, the slowest "
@@ -190,7 +208,8 @@ def config_columns(cell: Cell, device: DeviceInfo) -> dict:
     return {"cell_id": cell.cell_id, **cell.to_dict(), "effective_batch": cell.effective_batch,
             "global_batch": cell.global_batch,
             "device_type": device.type, "device_name": device.name, "device_tag": device.tag,
-            "cpu_threads": device.threads}
+            "cpu_threads": device.threads, "cpu_isa": " ".join(device.cpu.isa_flags) if device.cpu else None,
+            "cpu_cores": device.cpu.cores if device.cpu else None}
 
 
 def memory_columns(*, memory_source: str, traced: TracedStep, peak_allocated_bytes: int | None,

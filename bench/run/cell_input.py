@@ -28,7 +28,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import synthetic_input_default
-from bench.measure.device import cpu_model_name
+from bench.measure.cpu import cpu_model_name
 from bench.measure.input_pipeline import (
     LoaderAlone,
     pinned_peak_bytes,

@@ -13,7 +13,7 @@ import resource
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Protocol
 
@@ -33,8 +33,9 @@ from bench.measure.memory import (
     reset_allocator_peak,
     trace_step,
 )
+from bench.measure.host import QuietPolicy, foreign_load_cores, loaded, read_load
 from bench.measure.peak import PeakFlops
-from bench.measure.timing import time_steps
+from bench.measure.timing import TimingPolicy, time_until_stable, warm_up
 from bench.results.schema import (
     failure,
     failure_from,
@@ -63,6 +64,15 @@ class CellTask:
     """The runner's process: the cell ends itself if the runner dies (killed grid, no orphans)."""
     data: ImageData | None = None
     """The data set of a loader input, discovered once by the runner (`bench.train.data.open_data`)."""
+    timing: TimingPolicy | None = None
+    """How long to warm up and time; None: exactly the cell's warm-up and measured steps."""
+    quiet: QuietPolicy = QuietPolicy()
+    """What the runner does when other work shares the machine (`bench.run.cell_process.run_cell`)."""
+
+    @property
+    def timing_policy(self) -> TimingPolicy:
+        return self.timing or TimingPolicy(min_steps=self.cell.measured_steps, target_ci95_rel=None,
+                                           min_warmup_steps=self.cell.warmup_steps, max_extra_warmup_steps=0)
 
 
 class Distribution(Protocol):
@@ -117,6 +127,8 @@ def measure_cell(task: CellTask, distribution: Distribution | None = None) -> di
 
 def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: contextlib.ExitStack) -> dict:
     cell, device = task.cell, torch.device(task.device.type)
+    if distribution is None:  # a DDP rank's threads are its share of the cores (bench.run.ddp_rank)
+        configure_threads(task.device)
     configure_precision(cell.precision)
     torch.manual_seed(cell.seed)
     model = build_model(ModelSpec.of(cell), checkpointing=cell.checkpointing,
@@ -139,15 +151,20 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
                                                  scaler, on_phase, no_sync=no_sync, **cell.step_options)
         return running_loss
 
+    # Ranks stop timing together (their collectives pair up): a fixed count under DDP.
+    policy = task.timing_policy if distribution is None else replace(task.timing_policy, target_ci95_rel=None)
     _first_step(run_step, cell)
-    for _ in range(cell.warmup_steps - 1):
-        run_step()
+    warmup_steps_run = 1 + warm_up(run_step, device, policy)
     traced = trace_step(run_step, model, optimizer, device, steps=cell.trace_steps)
     reset_allocator_peak(device)
     if distribution:
         distribution.start_measuring()
     source.start_measuring()
-    step_times_ms = time_steps(run_step, cell.measured_steps, device)
+    load_before = read_load()
+    timed = time_until_stable(run_step, device, policy)
+    # Under DDP the other ranks are part of the cell, not foreign load: not measured there.
+    foreign = None if distribution else foreign_load_cores(load_before, read_load())
+    step_times_ms = timed.samples_ms
     peak_allocated, peak_reserved = allocator_peaks(device)
 
     return {
@@ -159,7 +176,28 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
         **(distribution.columns(cell.measured_steps) if distribution else {}),
         **source.columns(step_times_ms, cell.effective_batch),
         "expandable_segments": expandable_segments_in_effect(device),
+        "warmup_steps_run": warmup_steps_run,
+        "ci95_target_rel": policy.target_ci95_rel,
+        "ci95_target_met": timed.target_met,
+        "foreign_load_cores": None if foreign is None else round(foreign, 3),
+        "loaded": loaded(foreign, host_threads(task)),
     }
+
+
+def host_threads(task: CellTask) -> int:
+    """The cores a cell keeps busy on its host: its intra-op threads on a CPU (shared out among the ranks
+    under DDP), one thread per rank feeding a GPU."""
+    return task.cell.world_size if task.device.type == "cuda" else task.device.threads
+
+
+def configure_threads(device_info: DeviceInfo) -> None:
+    """The cell's intra-op threads as the runner chose them, and one inter-op thread (eager training
+    does not use the inter-op pool; its threads would only compete for the same cores)."""
+    if device_info.type != "cpu":
+        return
+    torch.set_num_threads(device_info.threads)
+    with contextlib.suppress(RuntimeError):  # already fixed in this process (set once, before first use)
+        torch.set_num_interop_threads(1)
 
 
 class AllocatorUnavailable(Exception):

@@ -2,21 +2,25 @@
 
 Whatever happens inside, the caller gets one outcome dict (status, measured columns or the
 failure, when it started and how long it took, how loaded the host was), so an executor can run
-a cell here or on a cluster node and write the same row. A measurement whose median step time
-has a wide interval (`noisy`) is taken once more in a fresh process and the narrower kept.
+a cell here or on a cluster node and write the same row. Before a cell, the runner waits (bounded)
+for other work to leave the cell's cores free; a measurement timed under foreign load says so
+(`loaded`), and under `--require-quiet` is taken again and, still loaded, recorded as a failure. A
+measurement whose median step time has a wide interval (`noisy`) is taken once more in a fresh
+process and the narrower kept.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import signal
+import sys
 import time
 
 from bench.isolation import fork_server
-from bench.measure.host import cpu_times, load_average_1m, steal_pct
+from bench.measure.host import cpu_times, load_average_1m, machine_cpus, steal_pct, wait_for_quiet
 from bench.results.provenance import utc_now
 from bench.results.schema import failure
-from bench.run.cell_measurement import CellTask, child_main
+from bench.run.cell_measurement import CellTask, child_main, host_threads
 from bench.run.ddp_launch import run_distributed, single_process_columns
 
 _KILL_GRACE_S = 10.0
@@ -24,16 +28,44 @@ _KILL_GRACE_S = 10.0
 
 def run_cell(task: CellTask, timeout_s: float) -> dict:
     """One cell under a time limit: its outcome, stamped with its start (UTC), duration and host load;
-    measured again, once, when the first measurement is noisy."""
+    measured again when it was timed under load (`--require-quiet`) or, once, when it is noisy."""
     started, load = utc_now(), load_average_1m()
     began, times = time.monotonic(), cpu_times()
+    waited_s = _wait_for_quiet(task)
     outcome = _measure(task, timeout_s)
-    if outcome["status"] == "ok" and outcome.get("noisy"):
+    attempts = 1
+    while task.quiet.require and outcome["status"] == "ok" and outcome.get("loaded") and attempts <= task.quiet.retries:
+        waited_s += _wait_for_quiet(task)
+        outcome, attempts = _measure(task, timeout_s), attempts + 1
+    if task.quiet.require and outcome["status"] == "ok" and outcome.get("loaded"):
+        outcome = machine_busy(task, outcome, attempts)
+    elif outcome["status"] == "ok" and outcome.get("noisy"):
         outcome = keep_narrower(outcome, _measure(task, timeout_s))
     elif outcome["status"] == "ok":
         outcome = {**outcome, "remeasured": False}
     return {**outcome, "started_utc": started, "duration_s": round(time.monotonic() - began, 3),
-            "load_avg_1m": load, "cpu_steal_pct": steal_pct(times, cpu_times())}
+            "load_avg_1m": load, "load_avg_1m_after": load_average_1m(), "quiet_wait_s": waited_s,
+            "cpu_steal_pct": steal_pct(times, cpu_times())}
+
+
+def _wait_for_quiet(task: CellTask) -> float:
+    """Seconds waited for other work to leave the cell's cores free (bounded by the quiet policy)."""
+    needed = host_threads(task)
+
+    def tell(foreign: float | None) -> None:
+        print(f"{task.cell.cell_id}: waiting up to {task.quiet.wait_s:g} s for the machine to quieten: other "
+              f"processes keep {foreign:.2f} of {machine_cpus()} cores busy, the cell needs {needed}",
+              file=sys.stderr, flush=True)
+    waited_s, _ = wait_for_quiet(needed, task.quiet.wait_s, tell)
+    return waited_s
+
+
+def machine_busy(task: CellTask, outcome: dict, attempts: int) -> dict:
+    """A cell that was timed under foreign load every time it ran, as the failure `--require-quiet` records."""
+    return failure("error", "MachineBusy",
+                   f"other processes kept {outcome['foreign_load_cores']:.2f} cores busy while the steps were timed "
+                   f"(the cell needs {host_threads(task)} of {machine_cpus()}); {attempts} measurements, none quiet: "
+                   "`bench run --retry-failed` measures it again")
 
 
 def _measure(task: CellTask, timeout_s: float) -> dict:

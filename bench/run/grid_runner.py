@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -21,7 +21,9 @@ from bench.grid.spec import Grid, with_world_size
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line
 from bench.measure.flops import FlopsPerSample, flops_per_sample
+from bench.measure.host import QuietPolicy
 from bench.measure.peak import device_peak
+from bench.measure.timing import TimingPolicy
 from bench.results.provenance import provenance
 from bench.results.schema import config_columns
 from bench.results.store import RowNotWritten, RunsFile, preflight, results_folder
@@ -53,11 +55,71 @@ class RunOptions:
     data: ImageData | None = None
     """The data set loader cells read (`bench run --data-dir`, resolved and checked before any cell
     runs); None: the generated ImageNet-like set, made on first use."""
+    threads: int | None = None
+    """Intra-op threads per cell on a CPU (`--threads`), over the grid's run.threads and the thread budget."""
+    require_quiet: bool = False
+    """`--require-quiet`: a cell timed under foreign load is measured again, then recorded as a failure."""
+    quiet_wait_s: float | None = None
+    """Overrides the grid's run.quiet_wait_s."""
+
+
+def cell_device(grid: Grid, device: DeviceInfo, options: RunOptions) -> DeviceInfo:
+    """The device as the grid's cells use it: on a CPU, with the threads `--threads` or the grid asks for."""
+    threads = options.threads or grid.run.threads
+    return replace(device, threads=threads) if device.type == "cpu" and threads else device
+
+
+def timing_policy(grid: Grid, cell: Cell) -> TimingPolicy:
+    """How the cell is warmed up and timed: the grid's minimum counts, its interval target and budget."""
+    return TimingPolicy(min_steps=cell.measured_steps, target_ci95_rel=grid.run.target_ci95_rel,
+                        budget_s=grid.run.timing_budget_s, min_warmup_steps=cell.warmup_steps)
 
 
 def results_dir(grid: Grid, device: DeviceInfo, results_root: Path) -> Path:
     """`<results_root>/<experiment>/<device tag>`, checked to lie inside the root."""
     return results_folder(results_root, grid.name, device.tag)
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    """What a run of a grid will do with the rows already in its folder."""
+
+    todo: tuple[Cell, ...]
+    """Cells to measure now."""
+    kept: dict[str, int]
+    """Cells left alone because they have a row, by that row's status."""
+
+    def describe(self, runs: Path) -> str:
+        """One line for the user, e.g. `28 to measure; 0 already have rows in <runs>`.
+
+        >>> print(MeasurePlan((), {"ok": 22, "timeout": 6}).describe(Path("r/runs.csv")))
+        0 to measure: 28 already have rows in r/runs.csv (22 ok, 6 timeout): --retry-failed measures the 6 failed \
+again, --force every cell
+        """
+        kept = sum(self.kept.values())
+        line = f"{len(self.todo)} to measure"
+        if not kept:
+            return f"{line}; none has a row in {runs} yet"
+        statuses = ", ".join(f"{count} {status}" for status, count in sorted(self.kept.items(), key=lambda kv: -kv[1]))
+        line += f"{':' if not self.todo else ';'} {kept} already have rows in {runs} ({statuses})"
+        failed = sum(self.kept.get(status, 0) for status in FAILED_STATUSES)
+        if failed:
+            line += f": --retry-failed measures the {failed} failed again, --force every cell"
+        else:
+            line += ": --force measures them again"
+        return line
+
+
+def measure_plan(grid: Grid, existing: dict[str, dict], options: RunOptions) -> MeasurePlan:
+    """The cells `run_grid` will measure, and what the folder's rows already hold for the others."""
+    todo = cells_to_run(grid, existing, options)
+    measuring = {cell.cell_id for cell in todo}
+    kept: dict[str, int] = {}
+    for cell in grid.cells:
+        if cell.cell_id not in measuring:
+            status = existing[cell.cell_id]["status"]
+            kept[status] = kept.get(status, 0) + 1
+    return MeasurePlan(tuple(todo), kept)
 
 
 def cells_to_run(grid: Grid, existing: dict[str, dict], options: RunOptions) -> list[Cell]:
@@ -68,16 +130,24 @@ def cells_to_run(grid: Grid, existing: dict[str, dict], options: RunOptions) -> 
     return [cell for cell in grid.cells if wanted(cell)]
 
 
+def existing_rows(grid: Grid, device: DeviceInfo, options: RunOptions) -> dict[str, dict]:
+    """The rows the grid's runs file holds now, by cell id (none when there is no file yet)."""
+    runs = RunsFile(results_dir(grid, device, options.results_root) / "runs.csv")
+    return {row["cell_id"]: row for row in runs.rows()}
+
+
 def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
              on_row: Callable[[dict, int, int], None] | None = None,
              on_start: Callable[[Cell, int, int], None] | None = None) -> list[dict]:
     """Measure the grid's missing cells; returns every row of the grid's cells, old and new."""
     if options.nproc is not None:
         grid = with_world_size(grid, options.nproc)
+    device = cell_device(grid, device, options)
+    quiet = QuietPolicy(wait_s=grid.run.quiet_wait_s if options.quiet_wait_s is None else options.quiet_wait_s,
+                        require=options.require_quiet)
     folder = results_dir(grid, device, options.results_root)
     runs = RunsFile(folder / "runs.csv")
-    existing = {row["cell_id"]: row for row in runs.rows()}  # a corrupt file stops the grid here
-    todo = cells_to_run(grid, existing, options)
+    todo = cells_to_run(grid, existing_rows(grid, device, options), options)  # a corrupt file stops the grid here
     if todo:
         runs.refuse_links()
         preflight(folder)  # a folder that cannot take rows fails before anything is measured
@@ -92,7 +162,8 @@ def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
         data = open_data(None)
     flops = flops_by_cell(todo)
     tasks = [CellTask(cell, device, peaks[cell.precision], flops[cell.cell_id], options.memory_limit_gib,
-                      runner_pid=os.getpid(), data=None if cell.input == "synthetic" else data) for cell in todo]
+                      runner_pid=os.getpid(), data=None if cell.input == "synthetic" else data,
+                      timing=timing_policy(grid, cell), quiet=quiet) for cell in todo]
     executor = make_executor(options.executor, options.slurm)
     finished = executor.run(tasks, options.timeout_s or grid.run.timeout_s, on_start)
     with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs

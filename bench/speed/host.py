@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bench.measure.device import cpu_model_name
+from bench.measure.cpu import cpu_model_name
 from bench.speed.ops import OpRecorder
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
