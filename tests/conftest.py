@@ -89,5 +89,7 @@ def tiny_grid(name: str, *, model: str = "test_vit", image_size: int = 32, effec
         warmup_steps = 1
         measured_steps = 2
         timeout_s = 120
+        adaptive_timing = false
+        quiet_wait_s = 0
         {extra_run}
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,34 @@ def test_nothing_to_measure_is_said_as_such():
 def test_identity_of_this_machine_is_readable():
     identity: CpuIdentity = cpu_identity()
     assert identity.cores >= 1 and identity.logical_cpus >= identity.cores and identity.model_name
+
+
+@pytest.mark.slow
+def test_a_cell_is_timed_until_its_interval_target_and_its_row_says_how(tmp_path, write_grid):
+    from tests.conftest import read_rows, run_bench, tiny_grid
+
+    grid = write_grid(tiny_grid("adaptive", pairs="[[4, 1]]").replace("adaptive_timing = false",
+                                                                       "timing_budget_s = 3\ntarget_ci95_rel = 0.2"))
+    ran = run_bench("run", str(grid), "--results", str(tmp_path / "results"), "--threads", "1")
+    assert ran.returncode == 0, ran.stderr
+    assert "1 to measure; none has a row" in ran.stdout
+    [row] = read_rows(next((tmp_path / "results" / "adaptive").glob("cpu-*/runs.csv")))
+    assert row["status"] == "ok" and row["cpu_threads"] == "1" and row["cpu_isa"]
+    assert len(json.loads(row["step_times_ms"])) >= 5  # at least the steps an interval needs, not the grid's 2
+    assert row["ci95_target_rel"] == "0.2"
+    assert row["ci95_target_met"] == str(float(row["step_time_ci95_rel"]) <= 0.2).lower()
+    assert int(row["warmup_steps_run"]) >= 2 and float(row["foreign_load_cores"]) >= 0
+    rerun = run_bench("run", str(grid), "--results", str(tmp_path / "results"), "--threads", "1")
+    assert "0 to measure: 1 already have rows" in rerun.stdout and "nothing measured now" in rerun.stdout
+
+
+@pytest.mark.parametrize(("key", "value"), [("target_ci95_rel", "0"), ("timing_budget_s", "-1"), ("threads", "0"),
+                                            ("quiet_wait_s", "-5"), ("adaptive_timing", '"yes"')])
+def test_bad_timing_settings_name_the_key(write_grid, key, value):
+    from bench.errors import GridFileError
+    from tests.conftest import tiny_grid
+
+    text = tiny_grid("bad").replace("adaptive_timing = false\n", "").replace("quiet_wait_s = 0\n", "")
+    grid = write_grid(text.replace("[run]", f"[run]\n{key} = {value}"))
+    with pytest.raises(GridFileError, match=f"run.{key}"):
+        load_grid(grid, "cpu")

@@ -71,6 +71,9 @@ def cell_device(grid: Grid, device: DeviceInfo, options: RunOptions) -> DeviceIn
 
 def timing_policy(grid: Grid, cell: Cell) -> TimingPolicy:
     """How the cell is warmed up and timed: the grid's minimum counts, its interval target and budget."""
+    if not grid.run.adaptive_timing:
+        return TimingPolicy(min_steps=cell.measured_steps, target_ci95_rel=None, min_warmup_steps=cell.warmup_steps,
+                            max_extra_warmup_steps=0)
     return TimingPolicy(min_steps=cell.measured_steps, target_ci95_rel=grid.run.target_ci95_rel,
                         budget_s=grid.run.timing_budget_s, min_warmup_steps=cell.warmup_steps)
 
