@@ -52,7 +52,7 @@ def run_bench(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedPro
     """`bench ARGS` in a fresh interpreter, as from the command line."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True,
-                          text=True, env=env, timeout=600, **kwargs)
+                          text=True, env=env, timeout=1800, **kwargs)  # a hang guard, not a speed limit
 
 
 def paragraphs(text: str, prefix: str) -> list[str]:
