@@ -24,6 +24,7 @@ import numpy as np
 
 import bench
 from bench.grid.cell import Cell
+from bench.measure.cpu import thread_budget
 from bench.measure.utilization import samples_per_s
 from bench.results.schema import failure, throughput_columns
 from bench.run.cell_measurement import CellTask
@@ -31,13 +32,14 @@ from bench.run.cell_measurement import CellTask
 _LOG_TAIL_CHARS = 400
 
 
-def threads_per_rank(world_size: int) -> int:
-    """CPU threads for each of `world_size` ranks on this machine: the cores shared out.
+def threads_per_rank(world_size: int, threads: int | None = None) -> int:
+    """CPU threads for each of `world_size` ranks: the cell's threads (default: this machine's thread
+    budget, `bench.measure.cpu.thread_budget`) shared out.
 
-    >>> threads_per_rank(10**6)
-    1
+    >>> threads_per_rank(10**6), threads_per_rank(2, threads=8)
+    (1, 4)
     """
-    return max(1, len(os.sched_getaffinity(0)) // world_size)
+    return max(1, (threads or thread_budget()) // world_size)
 
 
 def torchrun_command(world_size: int, task_path: Path, out_dir: Path) -> list[str]:
@@ -74,7 +76,7 @@ def _rank_environment(task: CellTask) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")]))}
     if task.device.type == "cpu":
         # torchrun would otherwise set 1 thread per rank (and warn); ranks share the cores.
-        env["OMP_NUM_THREADS"] = str(threads_per_rank(task.cell.world_size))
+        env["OMP_NUM_THREADS"] = str(threads_per_rank(task.cell.world_size, task.device.threads))
     return env
 
 

@@ -116,7 +116,7 @@ def run_rank(task: CellTask, rank: int, local_rank: int, world_size: int) -> dic
         torch.cuda.set_device(local_rank)
         device, backend = torch.device("cuda", local_rank), "nccl"
     else:
-        torch.set_num_threads(threads_per_rank(world_size))
+        torch.set_num_threads(threads_per_rank(world_size, task.device.threads))
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
