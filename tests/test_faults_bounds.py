@@ -17,12 +17,15 @@ from pathlib import Path
 
 import pytest
 from conftest import read_rows
-from test_faults_cli import refused, work  # noqa: F401 - the fixture, shared
+import test_faults_cli
+from test_faults_cli import refused
 
 from bench.cli import main
 from bench.errors import GridFileError
 from bench.grid.bounds import check_model_bounds, model_bounds
 from bench.grid.spec import load_grid
+
+work = test_faults_cli.work  # the fixture: an empty working folder beside committed rows
 
 PADS = '{"dynamic_img_size": true, "dynamic_img_pad": true}'
 FACTORY = textwrap.dedent("""
