@@ -22,7 +22,7 @@ from test_faults_cli import refused
 
 from bench.cli import main
 from bench.errors import GridFileError
-from bench.grid.bounds import check_model_bounds, model_bounds
+from bench.train.model_bounds import check_grid, model_bounds
 from bench.grid.spec import load_grid
 
 work = test_faults_cli.work  # the fixture: an empty working folder beside committed rows
@@ -126,11 +126,11 @@ def test_the_message_says_what_is_allowed(write_grid):
              "checkpointing = ['last-7']": "it has 6 blocks; allowed: off, full, last-1 .. last-6"}
     for line, allowed in cases.items():
         with pytest.raises(GridFileError, match=re.escape(allowed)):
-            check_model_bounds(load_grid(write_grid(grid_text(grid=line)), "cpu"))
+            check_grid(load_grid(write_grid(grid_text(grid=line)), "cpu"))
     with pytest.raises(GridFileError, match=re.escape("it has no blocks last-<N> counts") + ".*allowed: off, full$"):
-        check_model_bounds(load_grid(write_grid(grid_text("test_convnext", "checkpointing = ['last-1']")), "cpu"))
+        check_grid(load_grid(write_grid(grid_text("test_convnext", "checkpointing = ['last-1']")), "cpu"))
     with pytest.raises(GridFileError, match=re.escape('grid.exclude = [{model = "test_vit", image_size = 30}]')):
-        check_model_bounds(load_grid(write_grid(grid_text(["test_resnet", "test_vit"], "image_size = [30]")), "cpu"))
+        check_grid(load_grid(write_grid(grid_text(["test_resnet", "test_vit"], "image_size = [30]")), "cpu"))
 
 
 ACCEPTED = [("test_vit", "image_size = [16, 32, 48, 224, 4096]"), ("test_vit", "image_width = [16, 48, 4096]"),
@@ -145,12 +145,12 @@ ACCEPTED = [("test_vit", "image_size = [16, 32, 48, 224, 4096]"), ("test_vit", "
 
 @pytest.mark.parametrize("model,lines", ACCEPTED, ids=[lines.split("\n")[0][:40] for _, lines in ACCEPTED])
 def test_the_values_inside_the_bounds_are_accepted(model, lines, write_grid):
-    check_model_bounds(load_grid(write_grid(grid_text(model, lines)), "cpu"))
+    check_grid(load_grid(write_grid(grid_text(model, lines)), "cpu"))
 
 
 def test_list_and_help_do_not_build_models(write_grid, capsys, monkeypatch):
     """The bounds are the running commands' check: `list` answers without torch (tests/test_startup.py)."""
-    import bench.grid.bounds as bounds
+    import bench.train.model_bounds as bounds
 
     monkeypatch.setattr(bounds, "_built_bounds", lambda spec: pytest.fail("list built a model"))
     assert main(["list", str(write_grid(grid_text(grid="image_size = [30]"))), "--profile", "cpu"]) == 0

@@ -153,11 +153,11 @@ def _model_grid(model: str, name: str, value: object, kwargs: str = "{}") -> str
 @pytest.mark.parametrize("model,name,value", MODEL_EDGES + [("test_vit", "image_size", s) for s in PADDED_EDGES],
                          ids=[f"{m} {n}={v}" for m, n, v in MODEL_EDGES] + [f"padded {s}" for s in PADDED_EDGES])
 def test_a_value_at_the_models_bound_is_accepted_and_survives(model, name, value, write_grid, tmp_path):
-    from bench.grid.bounds import check_model_bounds
+    from bench.train.model_bounds import check_grid
 
     padded = name == "image_size" and model == "test_vit" and value not in (16, 4096)
     grid = load_grid(write_grid(_model_grid(model, name, value, PADS if padded else "{}")), "cuda")
-    check_model_bounds(grid)  # the whole validation: the file's bounds and the model's
+    check_grid(grid)  # the whole validation: the file's bounds and the model's
     assert {getattr(cell, name) for cell in grid.cells} == {value}
     assert _round_trip(grid.cells, tmp_path) == list(grid.cells)
 
@@ -168,7 +168,7 @@ def test_a_value_at_the_models_bound_is_accepted_and_survives(model, name, value
                                               ("test_convnext", "checkpointing", "last-1")])
 def test_one_past_the_models_bound_is_refused_naming_the_key(model, name, value, write_grid):
     from bench.errors import GridFileError
-    from bench.grid.bounds import check_model_bounds
+    from bench.train.model_bounds import check_grid
 
     with pytest.raises(GridFileError, match=rf"grid\.{name}\[0\]: {re.escape(repr(value))} is not allowed for {model}"):
-        check_model_bounds(load_grid(write_grid(_model_grid(model, name, value)), "cuda"))
+        check_grid(load_grid(write_grid(_model_grid(model, name, value)), "cuda"))

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from bench.commands.common import add_device_option, positive, positive_int
 from bench.commands.formats import add_format_option, emit, grid_document
-from bench.grid.bounds import check_model_bounds
 from bench.grid.spec import MAX_CELLS, Grid, load_grid, require_precisions
 from bench.measure.device import DeviceInfo, detect_device
 
@@ -92,8 +91,10 @@ def run_grids(args: argparse.Namespace) -> int:
                          time_min=args.slurm_time_min)
     device = target_device(args.device, args.executor, slurm)  # a compute node's under SLURM
     grids = load_for_device(args.files, device, args.max_cells)  # every file validated before anything is written
-    for grid in grids:  # and each model's own bounds (blocks, patch): torch is loaded by now
-        check_model_bounds(grid)
+    from bench.train.model_bounds import check_grid  # builds each model once, unless the cache knows it
+
+    for grid in grids:  # and each model's own bounds (blocks, patch)
+        check_grid(grid)
     data = data_for(grids, args.data_dir)  # so is the data dir
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
                          timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,

@@ -3,8 +3,9 @@ side at least a patch-embedding model's patch and a multiple of it.
 
 `bench.grid.spec` bounds every value on its own (`last-1` .. `last-999`, sizes 1 .. 4096) without torch; these
 bounds need the model, so they are checked when a grid is about to run, be estimated or predicted (`bench run`,
-`estimate`, `predict`), before any cell does, and never by `list` or `--help`. Each model is built once on the
-meta device (no weights, no forward: about 0.1 to 0.4 s for a timm ViT) and what it says is kept per model,
+`estimate`, `predict`), before any cell does, and never by `list` or `--help`. The rules are here, torch-free;
+what a model says (its blocks, its patch) is read by `bench.train.model_bounds`, which builds each model once on
+the meta device (no weights, no forward: about 0.1 to 0.4 s for a timm ViT) and keeps the answer per model,
 keyword arguments, channels and classes, in this process and in the disk cache (`bench.cache`).
 
 Why a size that is not a multiple of the patch is refused: the builder gives timm the cell's size
@@ -23,18 +24,13 @@ from __future__ import annotations
 import json
 import tomllib
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from bench.errors import GridFileError
 from bench.grid.cell import Cell, axes
-from bench.grid.model_ref import ModelSpec, runs_code
 
 if TYPE_CHECKING:
     from bench.grid.spec import Grid
-
-_BUILD_SIZE = 224
-"""The side the model is built at to read its blocks and patch (neither depends on it)."""
 
 
 @dataclass(frozen=True)
@@ -83,16 +79,22 @@ or any side from 16 with model_kwargs {"dynamic_img_size": true, "dynamic_img_pa
         return f"its patch is {patch}: {what}; allowed: {allowed}{padded}"
 
 
-def cell_problem(cell: Cell) -> tuple[str, Any, str] | None:
-    """The first of `cell`'s values its model does not allow, as (axis, value, why and what is allowed); None when
-    all are allowed or the model cannot be built here (its cell reports that). Loads torch and timm.
+BoundsOf = Callable[[Cell], "ModelBounds | None"]
+"""What reads a cell's model's bounds: `bench.train.model_bounds.bounds_of` (it builds the model; this stage
+cannot import the one below it that does)."""
 
+
+def cell_problem(cell: Cell, bounds_of: BoundsOf) -> tuple[str, Any, str] | None:
+    """The first of `cell`'s values its model does not allow, as (axis, value, why and what is allowed); None when
+    all are allowed or the model cannot be built here (`bounds_of` gives None: its cell reports that).
+
+    >>> vit = ModelBounds(blocks=6, full_checkpointing=True, patch=(16, 16), pads=False)
     >>> cell_problem(Cell(experiment="e", profile="cpu", model="test_vit", image_size=30, micro_batch=1,
     ...                   accum_steps=1, precision="fp32", checkpointing="off", optimizer="sgd",
-    ...                   channels_last=False, warmup_steps=1, measured_steps=1))[:2]
+    ...                   channels_last=False, warmup_steps=1, measured_steps=1), lambda cell: vit)[:2]
     ('image_size', 30)
     """
-    bounds = model_bounds(cell.model, cell.model_kwargs, cell.in_chans, cell.num_classes)
+    bounds = bounds_of(cell)
     if bounds is None:
         return None
     problem = bounds.checkpointing_problem(cell.checkpointing)
@@ -109,16 +111,16 @@ def cell_problem(cell: Cell) -> tuple[str, Any, str] | None:
     return None
 
 
-def check_model_bounds(grid: Grid) -> None:
+def check_model_bounds(grid: Grid, bounds_of: BoundsOf) -> None:
     """GridFileError, one line naming the file, the key and what is allowed, for the first cell whose model does
-    not allow its checkpointing or image size. Loads torch and timm; each model is built once.
+    not allow its checkpointing or image size (`bench.train.model_bounds.check_grid` passes the reader).
 
     >>> from bench.grid.spec import load_grid
-    >>> check_model_bounds(load_grid("experiments/smoke.toml", "cpu")) is None
+    >>> check_model_bounds(load_grid("experiments/smoke.toml", "cpu"), lambda cell: None) is None
     True
     """
     for cell in grid.cells:
-        found = cell_problem(cell)
+        found = cell_problem(cell, bounds_of)
         if found:
             axis, value, problem = found
             several = len({c.model for c in grid.cells}) > 1
@@ -126,55 +128,6 @@ def check_model_bounds(grid: Grid) -> None:
                        f"{json.dumps(value)}}}]") if several else ""
             raise GridFileError(f"{grid.path}: {_key(grid, axis, value)}: {value!r} is not allowed for {cell.model}, "
                                 f"{problem}{exclude}")
-
-
-def model_bounds(model: str, model_kwargs: str = "{}", in_chans: int = 3, num_classes: int = 1000) -> ModelBounds | None:
-    """The bounds of a model, from the disk cache or built once on the meta device; None when it cannot be built
-    (a code model is never read from the disk cache: its file may have changed)."""
-    key = {"model": model, "model_kwargs": model_kwargs, "in_chans": in_chans, "num_classes": num_classes}
-    return _cached_bounds(json.dumps(key, sort_keys=True))
-
-
-@cache
-def _cached_bounds(key_text: str) -> ModelBounds | None:
-    from bench.cache import DiskCache
-
-    key = json.loads(key_text)
-    store = None if runs_code(key["model"]) else \
-        DiskCache("model-bounds", sources=("grid/bounds.py", "train/models.py", "train/model_build.py"))
-    stored = store.get(key) if store else None
-    if isinstance(stored, dict):
-        try:
-            return ModelBounds(stored["blocks"], stored["full_checkpointing"],
-                               tuple(stored["patch"]) if stored["patch"] else None, stored["pads"])
-        except (KeyError, TypeError):
-            pass  # an entry of another layout: built again below
-    bounds = _built_bounds(ModelSpec(key["model"], _BUILD_SIZE, 0, key["in_chans"], key["num_classes"],
-                                     key["model_kwargs"]))
-    if store and bounds:
-        store.put(key, {"blocks": bounds.blocks, "full_checkpointing": bounds.full_checkpointing,
-                        "patch": list(bounds.patch) if bounds.patch else None, "pads": bounds.pads})
-    return bounds
-
-
-def _built_bounds(spec: ModelSpec) -> ModelBounds | None:
-    import torch
-
-    from bench.train.model_build import create
-    from bench.train.models import checkpoint_slots
-
-    try:
-        with torch.device("meta"):
-            model = create(spec)
-    except Exception:  # noqa: BLE001 - any failure to build is the cell's to report, as a row
-        return None
-    embed = getattr(model, "patch_embed", None)
-    patch = getattr(embed, "patch_size", None)
-    if isinstance(patch, int):
-        patch = (patch, patch)
-    patch = tuple(int(p) for p in patch) if isinstance(patch, (tuple, list)) and len(patch) == 2 else None
-    pads = bool(getattr(embed, "dynamic_img_pad", False)) and not getattr(embed, "strict_img_size", True)
-    return ModelBounds(len(checkpoint_slots(model)), hasattr(model, "set_grad_checkpointing"), patch, pads)
 
 
 def _key(grid: Grid, axis: str, value: Any) -> str:
