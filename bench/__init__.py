@@ -76,9 +76,11 @@ def run_grid(path: str | Path, *, device: Literal["auto", "cuda", "cpu"] = "auto
     from bench.measure.device import detect_device
     from bench.run.grid_runner import RunOptions
     from bench.run.grid_runner import run_grid as run
+    from bench.train.model_bounds import check_grid
 
     info = detect_device(device)
     (grid,) = load_for_device([Path(path)], info)
+    check_grid(grid)  # the model's bounds (blocks, patch) before any cell, as `bench run`
     return run(grid, info, RunOptions(results_root=Path(results_root), force=force))
 
 

@@ -195,6 +195,13 @@ def test_predict_refuses_a_malformed_grid_file(case, work, capsys):
     refused(["predict", str(path), "--results", str(work / "results")], work, capsys, names=key)
 
 
+@pytest.mark.parametrize("command", [["estimate", str(SMOKE), "--profile", "cpu"], ["predict", str(SMOKE), "--gpu", "H200"]],
+                         ids=["estimate", "predict"])
+@pytest.mark.parametrize("results", ["a-file", "a-file/below"])
+def test_estimate_and_predict_refuse_a_file_where_the_results_folder_is_expected(command, results, work, capsys):
+    refused([*command, "--results", str(work / results)], work, capsys, names="Not a directory")
+
+
 @pytest.mark.parametrize("gpu", BAD_GPUS)
 def test_predict_refuses_an_unknown_gpu_with_the_keys_it_may_mean(gpu, work, capsys):
     refused(["predict", str(SMOKE), "--gpu", gpu, "--results", str(work / "results")], work, capsys, names="--gpu")
@@ -545,14 +552,23 @@ def test_claims_in_json_reads_and_writes_nothing(tmp_path, capsys):
 
 
 def test_a_model_that_refuses_the_input_is_one_line_naming_model_input_and_exception(work, capsys):
-    """A size below a ViT's patch: the estimator's trace fails inside timm; the answer says where."""
-    assert main(["probe", "test_vit", "--image-size", "4", "--gpu", "H200", "--format", "json"]) == 2
+    """A size below a ViT's patch is refused by its bound, naming the option; a model that passes the bounds and
+    still refuses the input (a stem larger than the image, a backbone that returns features) is one line naming
+    the model, the input tried and the exception."""
+    for command in (["probe", "test_vit", "--gpu", "H200"], ["plan", "test_vit", "--effective-batch", "8"]):
+        refused([*command, "--image-size", "4"], work, capsys, names="--image-size 4: not allowed for test_vit, its "
+                                                                     "patch is 16: a side below one patch has no patch")
+    refused(["probe", "test_vit", "--gpu", "H200", "--checkpointing", "last-7"], work, capsys,
+            names="--checkpointing last-7: not allowed for test_vit, it has 6 blocks")
+    assert main(["probe", "test_convnext", "--image-size", "2", "--gpu", "H200", "--format", "json"]) == 2
     answer = json.loads(capsys.readouterr().out)
-    assert answer["key"] == "MODEL" and "test_vit" in answer["error"], answer
-    assert "x4x4" in answer["error"] and "patch size" in answer["error"], answer  # the input tried, the exception
-    grid = work / "tiny.toml"
+    assert answer["key"] == "MODEL" and "test_convnext" in answer["error"], answer
+    assert "2x3x2x2" in answer["error"] and "Kernel size" in answer["error"], answer  # the input tried, the exception
+    for command in (["probe", "test_resnet", "--gpu", "H200"], ["plan", "test_resnet", "--effective-batch", "8"]):
+        refused([*command, "--model-kwargs", '{"features_only": true}'], work, capsys,
+                names="not an image classifier for this input")
+    grid = work / "tiny.toml"  # in a grid file the same size is refused when the grid is validated (its key named)
     grid.write_text(SMOKE.read_text().replace('model = ["test_vit", "test_resnet"]', 'model = ["test_vit"]')
                     .replace("image_size = [32]", "image_size = [4]"))
-    assert main(["estimate", str(grid), "--profile", "cpu", "--results", str(work / "estimates")]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if "test_vit-4px" in line]
-    assert lines and all("error" in line and "AssertionError" in line and "patch size" in line for line in lines)
+    refused(["estimate", str(grid), "--profile", "cpu", "--results", str(work / "estimates")], work, capsys,
+            names="grid.image_size[0]: 4 is not allowed for test_vit, its patch is 16")

@@ -131,3 +131,44 @@ def test_a_value_past_the_bounds_is_refused_by_the_grid_naming_the_key(name, val
     with pytest.raises(GridFileError, match=rf"grid\.{name}\[0\]"):
         load_grid(write_grid(_grid_text(name, value)), "cuda", check_models=False)
 
+
+
+# The bounds a model sets (`bench.grid.bounds`), at their edges: the values validation accepts there survive too.
+PADS = '{"dynamic_img_size": true, "dynamic_img_pad": true}'
+MODEL_EDGES = [("test_vit", "image_size", 16), ("test_vit", "image_size", 4096), ("test_vit", "image_width", 16),
+               ("test_vit", "image_width", 4096), ("test_vit", "checkpointing", "last-6"),
+               ("test_resnet", "checkpointing", "last-4"), ("test_resnet", "image_size", 1),
+               ("test_resnet", "image_size", 4095), ("test_vit2", "checkpointing", "last-8"),
+               ("test_convnext", "checkpointing", "full")]
+PADDED_EDGES = [16, 17, 31, 4095]
+
+
+def _model_grid(model: str, name: str, value: object, kwargs: str = "{}") -> str:
+    text = re.sub(r"(?m)^model = .*$", f'model = ["{model}"]', SMOKE)
+    text = text.replace("[grid]\n", f"[grid]\nmodel_kwargs = ['{kwargs}']\n", 1) if kwargs != "{}" else text
+    text = re.sub(rf"(?m)^{name} = .*$", f"{name} = [{_toml(value)}]", text)
+    return text if f"\n{name} = " in text else text.replace("[grid]\n", f"[grid]\n{name} = [{_toml(value)}]\n", 1)
+
+
+@pytest.mark.parametrize("model,name,value", MODEL_EDGES + [("test_vit", "image_size", s) for s in PADDED_EDGES],
+                         ids=[f"{m} {n}={v}" for m, n, v in MODEL_EDGES] + [f"padded {s}" for s in PADDED_EDGES])
+def test_a_value_at_the_models_bound_is_accepted_and_survives(model, name, value, write_grid, tmp_path):
+    from bench.train.model_bounds import check_grid
+
+    padded = name == "image_size" and model == "test_vit" and value not in (16, 4096)
+    grid = load_grid(write_grid(_model_grid(model, name, value, PADS if padded else "{}")), "cuda")
+    check_grid(grid)  # the whole validation: the file's bounds and the model's
+    assert {getattr(cell, name) for cell in grid.cells} == {value}
+    assert _round_trip(grid.cells, tmp_path) == list(grid.cells)
+
+
+@pytest.mark.parametrize("model,name,value", [("test_vit", "image_size", 15), ("test_vit", "image_size", 4095),
+                                              ("test_vit", "image_width", 17), ("test_vit", "checkpointing", "last-7"),
+                                              ("test_resnet", "checkpointing", "last-5"),
+                                              ("test_convnext", "checkpointing", "last-1")])
+def test_one_past_the_models_bound_is_refused_naming_the_key(model, name, value, write_grid):
+    from bench.errors import GridFileError
+    from bench.train.model_bounds import check_grid
+
+    with pytest.raises(GridFileError, match=rf"grid\.{name}\[0\]: {re.escape(repr(value))} is not allowed for {model}"):
+        check_grid(load_grid(write_grid(_model_grid(model, name, value)), "cuda"))

@@ -107,6 +107,10 @@ def run_grids(args: argparse.Namespace) -> int:
                          time_min=args.slurm_time_min)
     device = target_device(args.device, args.executor, slurm)  # a compute node's under SLURM
     grids = load_for_device(args.files, device, args.max_cells)  # every file validated before anything is written
+    from bench.train.model_bounds import check_grid  # builds each model once, unless the cache knows it
+
+    for grid in grids:  # and each model's own bounds (blocks, patch)
+        check_grid(grid)
     data = data_for(grids, args.data_dir)  # so is the data dir
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
                          timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,

@@ -74,6 +74,10 @@ def add_axis_options(probe: argparse.ArgumentParser) -> None:
 
 def estimate_grids(args: argparse.Namespace) -> int:
     grids = [load_grid(path, args.profile) for path in args.files]  # every file validated first
+    from bench.train.model_bounds import check_grid  # builds each model once, unless the cache knows it
+
+    for grid in grids:  # then each model's own bounds (blocks, patch)
+        check_grid(grid)
     from bench.memory.estimate_grid import (  # late: fake tensors only here
         describe_estimate,
         estimate_grid,

@@ -55,10 +55,18 @@ def check_reference(model: str, where: str = "MODEL") -> None:
 
 
 def check_built(cell: Any) -> None:
-    """The model of `cell` (a `Cell`) built and run once on the meta device: one line (ModelRefError) when it is
-    not an image classifier for its input. Loads torch."""
+    """The model of `cell` (a `Cell`) checked against its bounds (`bench.grid.bounds`: OptionError naming the option
+    and what is allowed), then built and run once on the meta device: one line (ModelRefError) when it is not an
+    image classifier for its input. Loads torch."""
+    from bench.train.model_bounds import problem
     from bench.train.model_build import check_classifier
 
+    found = problem(cell)
+    if found:
+        axis, value, problem = found
+        sized = "--input-size" if cell.image_width or cell.in_chans != 3 else "--image-size"
+        option = {"checkpointing": "--checkpointing"}.get(axis, sized)
+        raise OptionError(f"{option} {value}: not allowed for {cell.model}, {problem}")
     check_classifier(ModelSpec.of(cell))
 
 

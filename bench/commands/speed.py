@@ -72,6 +72,10 @@ def _predict(args: argparse.Namespace) -> int:
 
     gpus = _gpus(args.gpu)
     grids = [_only(load_grid(path, "cuda"), args.only) for path in args.files]  # every file validated first
+    from bench.train.model_bounds import check_grid  # builds each model once, unless the cache knows it
+
+    for grid in grids:  # then each model's own bounds (blocks, patch)
+        check_grid(grid)
     model = load_model_file()
     for grid in grids:
         print(f"{grid.name}: {len(grid.cells)} cells x {len(gpus) if gpus else 'every'} GPU, {model.basis()}")

@@ -79,14 +79,21 @@ def checkpoint_last_blocks(model: torch.nn.Module, count: int) -> None:
     >>> type(model.blocks[-1]).__name__, type(model.blocks[0]).__name__
     ('_Checkpointed', 'Block')
     """
-    containers = ([model.blocks] if hasattr(model, "blocks")
-                  else [getattr(model, f"layer{i}") for i in range(1, 5) if hasattr(model, f"layer{i}")])
-    slots = [(container, name) for container in containers for name, _ in container.named_children()]
+    slots = checkpoint_slots(model)
     if not 1 <= count <= len(slots):
         raise ValueError(f"checkpointing last-{count}: the model has {len(slots)} blocks "
                          "(ViT `blocks` or ResNet `layer1..4`)")
     for container, name in slots[-count:]:
         setattr(container, name, _Checkpointed(getattr(container, name)))
+
+
+def checkpoint_slots(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
+    """The blocks `last-<N>` counts, as (container, child name), input side first: ViT's `blocks`, else the
+    blocks of a ResNet's `layer1`..`layer4`; none for other models. The grid's bound on N (`bench.grid.bounds`)
+    reads the same list."""
+    containers = ([model.blocks] if hasattr(model, "blocks")
+                  else [getattr(model, f"layer{i}") for i in range(1, 5) if hasattr(model, f"layer{i}")])
+    return [(container, name) for container in containers for name, _ in container.named_children()]
 
 
 def _spec(name: str | ModelSpec, image_size: int | None) -> ModelSpec:
