@@ -150,3 +150,16 @@ def test_the_dle_8_gpu_rows_never_scale_better_than_their_all_reduce_allows():
     assert len(table) == 78
     assert all(row["predicted_efficiency"] >= row["measured_efficiency"] - 0.01 for row in table)
     assert all(0.99 < row["predicted_efficiency"] <= 1 for row in table)
+
+
+def test_plan_rows_carry_their_fp32_gradients_and_scale_by_the_interconnect():
+    from bench.cost.predicted import PlanCandidates, predicted_plan_rows
+    from bench.train.models import build_model
+
+    (row,) = predicted_plan_rows(PlanCandidates(model="test_resnet", image_size=32, effective_batch=16,
+                                                gpus=("H100-80GB",), precisions=("bf16",)))
+    params = sum(p.numel() for p in build_model("test_resnet", 32).parameters())
+    assert row.grads_bytes == 4 * params
+    line = price_line(row, _catalog_instance("p5.48xlarge"), Workload(), Assumptions())
+    assert line.scaling.basis.startswith("predicted from the interconnect") and "NVLink 450 GB/s" in line.scaling.basis
+    assert 0 < line.scaling.efficiency <= 1
