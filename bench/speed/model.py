@@ -201,7 +201,8 @@ def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: Spee
     rate = np.where(r.tf32, np.fmax(r.peak * e_max, r.fp32_peak * simt_e), r.peak * e_max)
     sms = r.sm_count
     with np.errstate(invalid="ignore", divide="ignore"):
-        tensor = np.where(f.computing, (f.flops + sms * params.flops_per_sm_half) * f.wave_cost / rate, 0.0)
+        # Whole waves multiply the op's FLOPs; the per-SM fill cost is paid once, not once per idle tile.
+        tensor = np.where(f.computing, (f.flops * f.wave_cost + sms * params.flops_per_sm_half) / rate, 0.0)
     moved = f.bytes_moved * np.where(f.transposed, 1 + params.nchw_half_bytes, 1.0)
     bandwidth = r.bandwidth * min(params.e_memory, 1.0) * np.where(f.in_l2, params.l2_speedup, 1.0)
     memory = np.where(f.launched & (moved > 0), (moved + sms * params.bytes_per_sm_half) / bandwidth, 0.0)

@@ -144,3 +144,19 @@ def dle_scaling_check() -> list[dict]:
                       "predicted_efficiency": round(predicted.efficiency, 3),
                       "predicted_over_measured": round(predicted.efficiency / measured, 3)})
     return table
+
+
+def write_dle_scaling_check(path: str = "docs/speed/dle_8gpu_scaling.csv") -> int:
+    """`dle_scaling_check` as CSV at `path`; returns the pairs written."""
+    import csv
+
+    table = dle_scaling_check()
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(table[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    return len(table)
+
+
+if __name__ == "__main__":  # python -m bench.speed.validate: the DLE 8-GPU check (seconds; no fit)
+    print(f"wrote {write_dle_scaling_check()} DLE 8-GPU pairs to docs/speed/dle_8gpu_scaling.csv")
