@@ -108,7 +108,8 @@ def dle_scaling_check() -> list[dict]:
     from bench.speed.reference import DLE_DOUBTS, DLE_FILE, REFERENCE_FOLDER
 
     folder = resources.files("bench.data").joinpath(REFERENCE_FOLDER)
-    platforms = {row["platform"]: row for row in csv.DictReader(folder.joinpath(DLE_PLATFORMS_FILE).read_text().splitlines())}
+    platforms = {row["platform"]: row
+                 for row in csv.DictReader(folder.joinpath(DLE_PLATFORMS_FILE).read_text().splitlines())}
     rows = [row for row in csv.DictReader(folder.joinpath(DLE_FILE).read_text().splitlines())
             if row["mode"] == "train" and row["platform"] in platforms and row["timm_equiv"]
             and row["batch_size_per_gpu"] and row["n_nodes"] == "1"
