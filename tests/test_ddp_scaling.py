@@ -163,3 +163,16 @@ def test_plan_rows_carry_their_fp32_gradients_and_scale_by_the_interconnect():
     line = price_line(row, _catalog_instance("p5.48xlarge"), Workload(), Assumptions())
     assert line.scaling.basis.startswith("predicted from the interconnect") and "NVLink 450 GB/s" in line.scaling.basis
     assert 0 < line.scaling.efficiency <= 1
+
+
+def test_the_efficiency_follows_the_split_each_gpu_runs_not_the_rows_own():
+    # A 1-GPU row of 32 x 16 run as 32 x 2 per GPU on 8 GPUs (bench plan's split): the all-reduce is
+    # spread over 2 micro-steps, not 16.
+    g6e = _catalog_instance("g6e.48xlarge")
+    row = _predicted_row(accum_steps=16, samples_per_s=320.0)  # a 0.1 s micro-step: PCIe's 86 ms not hidden
+    own, split = (price_line(row, g6e, Workload(), Assumptions(), accum_steps_per_gpu=k) for k in (None, 2))
+    micro_s, link = 0.1, interconnect_of("aws", "g6e.48xlarge")
+    for line, k in ((own, 16), (split, 2)):
+        expected = ddp_step(step_s=micro_s * k, micro_step_s=micro_s, grads_bytes=VIT_L_GRADS, gpus=8, link=link)
+        assert line.scaling.efficiency == pytest.approx(expected.efficiency, abs=1e-4)
+    assert split.scaling.efficiency < own.scaling.efficiency < 1

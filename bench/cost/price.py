@@ -262,11 +262,12 @@ def measured_scaling(rows: list[MeasuredRow]) -> dict[tuple, dict[int, MeasuredR
 
 
 def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, default: float,
-                instance: Instance | None = None) -> Scaling:
+                instance: Instance | None = None, accum_steps_per_gpu: int | None = None) -> Scaling:
     """The efficiency of `row`'s configuration on `gpu_count` GPUs: measured at that count, else at the
     largest measured count below it (labelled as such), else predicted from `instance`'s interconnect
     (`bench.speed.ddp`, when the row has its gradient bytes and the instance is in
-    `bench/data/interconnects.csv`), else `default` (assumed).
+    `bench/data/interconnects.csv`; at `accum_steps_per_gpu` micro-steps per optimizer step, default the
+    row's own), else `default` (assumed).
 
     Example: measured 0.94 on 2 processes, asked for 8 GPUs:
         >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
@@ -279,7 +280,7 @@ def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, def
     by_size = measured.get(row.configuration, {})
     below = [size for size in by_size if size <= gpu_count]
     if not below:
-        predicted = _interconnect_scaling(row, gpu_count, instance)
+        predicted = _interconnect_scaling(row, gpu_count, instance, accum_steps_per_gpu or row.accum_steps)
         return predicted or Scaling(default, "assumed (--scaling-efficiency)")
     size = max(below)
     source = by_size[size]
@@ -287,11 +288,12 @@ def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, def
     return Scaling(source.scaling_efficiency, f"measured with {size} processes on {source.device_name}{applied}")
 
 
-def _interconnect_scaling(row: MeasuredRow, gpu_count: int, instance: Instance | None) -> Scaling | None:
+def _interconnect_scaling(row: MeasuredRow, gpu_count: int, instance: Instance | None,
+                          accum_steps: int) -> Scaling | None:
     if instance is None or not row.grads_bytes or row.samples_per_s <= 0:
         return None
-    step_s = row.effective_batch / row.samples_per_s
-    predicted = predicted_efficiency(step_s=step_s, micro_step_s=step_s / row.accum_steps,
+    micro_step_s = row.micro_batch / row.samples_per_s
+    predicted = predicted_efficiency(step_s=micro_step_s * accum_steps, micro_step_s=micro_step_s,
                                      grads_bytes=row.grads_bytes, gpus=gpu_count, provider=instance.provider,
                                      instance=instance.instance)
     return None if predicted is None else Scaling(round(predicted[0], 4), predicted[1])
@@ -380,15 +382,18 @@ class CostLine:
 
 
 def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumptions: Assumptions,
-               measured: MeasuredScaling | None = None) -> CostLine:
+               measured: MeasuredScaling | None = None, accum_steps_per_gpu: int | None = None) -> CostLine:
     """`row` on `instance`: memory fit first, then speed, then hours and dollars.
 
     `measured`: scaling efficiencies measured by data-parallel rows (`measured_scaling`).
+    `accum_steps_per_gpu`: micro-steps each GPU runs per optimizer step where the caller splits the row's
+    effective batch over the GPUs (`bench plan`); default the row's own accumulation.
     """
     peak_bytes, memory_basis = row.memory_peak()
     fit = memory_fit(peak_bytes, assumptions.headroom, instance.gpu_spec.memory_gib)
     speed = gpu_speed(row, instance.gpu_spec)
-    scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency, instance)
+    scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency, instance,
+                           accum_steps_per_gpu)
                if instance.gpu_count > 1 else None)
     common = dict(row=row, instance=instance, memory=fit, memory_basis=memory_basis, scaling=scaling)
     if isinstance(speed, tuple):
