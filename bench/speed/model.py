@@ -45,7 +45,7 @@ tile): what a wave over the SMs is counted in. A fixed figure, not fitted."""
 KERNEL_US = 3.25
 """GPU time per kernel launched beyond its roofline time, microseconds: a fixed figure, not fitted (the
 calibration rows are too large to see it). Source: CUDA.jl's CUDA-graphs guide (cuda.juliagpu.org/
-stable/usage/graphs/, read 2026-12-02): 80 broadcast kernels of an RK4 step take 260 us launched one by
+dev/usage/graphs/, read 2026-12-02 as a search excerpt): 80 broadcast kernels of an RK4 step take 260 us launched one by
 one, 3.25 us a kernel, and 70 us replayed as a graph (0.9 us a kernel: the GPU-side floor). The launched
 figure is taken: eager PyTorch launches one by one."""
 GENERATIONS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
