@@ -83,6 +83,23 @@ def test_smaller_micro_batches_never_predict_more_samples_per_second(model):
         assert rates == sorted(rates), (gpu, rates)
 
 
+@pytest.mark.parametrize("model", ["test_resnet", "test_vit"])
+def test_a_tiny_step_is_bound_by_its_overheads_and_its_gpu_time_grows_with_the_micro_batch(model):
+    # v2 fitted the per-kernel and host costs to 0.02 us and put such a step memory-bound; and an op's
+    # per-SM fill cost multiplied by its idle tiles made a bigger micro-batch's GPU time shorter.
+    params = load_model_file().params
+    assert params.kernel_us >= 1 and params.host_us >= 5  # held at a launch timing and a measurement
+    for gpu in ("H100-80GB", "L4"):
+        gpu_ms = []
+        for micro_batch in (2, 8, 32):
+            cell = _cell(model, micro_batch, 1)
+            step = predict_on(cell, trace_step_ops(cell), gpu_spec(gpu)).step
+            gpu_ms.append(step.gpu_s * 1e3)
+            if micro_batch == 2:
+                assert step.bound == "overhead", (gpu, step)
+        assert gpu_ms == sorted(gpu_ms), (gpu, gpu_ms)
+
+
 def test_a_gpu_without_a_datasheet_peak_is_refused_not_guessed():
     with pytest.raises(NoDatasheetPeak, match="T4.*bf16_tflops"):
         gpu_rates(gpu_spec("T4"), "bf16")

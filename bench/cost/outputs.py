@@ -174,7 +174,8 @@ def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], cat
         f"workload: {workload.describe()} = {workload.samples_per_run:,.0f} samples per run, "
         f"at the measured image size ({', '.join(f'{s} px' for s in sizes) or 'no rows'})",
         f"assumptions: multi-GPU instances run data parallel at the scaling efficiency measured for the "
-        f"configuration (a DDP row, world_size > 1) where there is one, else {assumptions.scaling_efficiency:g}; "
+        f"configuration (a DDP row, world_size > 1) where there is one, else as predicted from the instance's "
+        f"interconnect where the row has its gradient bytes, else {assumptions.scaling_efficiency:g}; "
         f"memory fit = peak + {assumptions.headroom:.0%} headroom against the GPU's nominal memory "
         f"(GiB = 2**30 bytes)",
         f"prices: {catalog_name}; oldest price used: {oldest_price or 'none (nothing priced)'}",

@@ -208,7 +208,8 @@ def _option(row: MeasuredRow, instance: Instance, request: PlanRequest, assumpti
     if request.effective_batch % per_step:
         left_out[f"micro-batch x GPUs does not divide the effective batch {request.effective_batch}"] += 1
         return None
-    line = price_line(row, instance, request.workload, assumptions, measured)
+    line = price_line(row, instance, request.workload, assumptions, measured,
+                      accum_steps_per_gpu=request.effective_batch // per_step)
     if line.cost is None:
         left_out[{"does_not_fit": "do not fit in memory"}.get(line.status, "no speed (no peak or no MFU)")] += 1
         return None

@@ -10,7 +10,8 @@ divides E and fits (peak + headroom) on the line is checked with a full trace of
 the trace fits; K = E / m is predicted on that GPU. Traces are kept in the disk cache (`bench.cache`). fp16 is read off bf16's trace (the same shapes; its GradScaler's
 few ops are left out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the
 model predicts them alike. The rows are `MeasuredRow`s with basis `predicted`, so `make_plan` ranks them
-beside measured rows, and a measured row of the same option wins.
+beside measured rows, and a measured row of the same option wins. They carry the fp32 gradient bytes, so a
+multi-GPU instance scales as its interconnect predicts (`bench.speed.ddp`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import FakeModels
 from bench.memory.fit import memory_fit
 from bench.memory.probe import estimated_peak_bytes
+from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, gpu_rates, step_time
 from bench.speed.params import load_model_file
 from bench.speed.trace import StepOps, trace_cell
@@ -73,6 +75,8 @@ class Traced:
     high: tuple[int, float, StepOps]
     traced_peak: Callable[[int], float]
     """The estimator's peak at a micro-batch, from a full trace (or the disk cache)."""
+    grads_bytes: int = 0
+    """fp32 gradients of every parameter: what DDP all-reduces on a multi-GPU instance."""
     checked: dict[int, float] = field(default_factory=dict)
 
     def line_peak_bytes(self, micro_batch: int) -> float:
@@ -151,10 +155,11 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
         stored = _TRACES.get(key)
         try:
             peak, ops = float(stored["peak_reserved_bytes"]), StepOps.from_json(stored["ops"])
+            params = int(stored["param_count"])
         except (TypeError, KeyError, ValueError):  # absent (None), or written by another layout
             estimate, ops = trace_cell(cell, models)
-            peak = float(estimate.peak_reserved_bytes)
-            _TRACES.put(key, {"peak_reserved_bytes": peak, "ops": ops.to_json()})
+            peak, params = float(estimate.peak_reserved_bytes), int(estimate.param_count)
+            _TRACES.put(key, {"peak_reserved_bytes": peak, "ops": ops.to_json(), "param_count": params})
             progress.traces += 1
         points.append((micro_batch, peak, ops))
 
@@ -163,7 +168,7 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
         progress.traces += traced
         return peak
 
-    return Traced(*points, traced_peak=traced_peak)
+    return Traced(*points, traced_peak=traced_peak, grads_bytes=params * BYTES_PER_GRADIENT)
 
 
 _TRACES = DiskCache("plan-traces", sources=(*ESTIMATOR_SOURCES, "speed/trace.py", "speed/ops.py"))
@@ -199,7 +204,8 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
                        device_name=f"predicted for {gpu}", samples_per_s=samples_per_s,
                        mfu_pct=utilization_pct(flops.model, samples_per_s, rates.headline_peak_flops_per_s),
                        model_flops_per_sample=flops.model, peak_memory_bytes=peak, peak_reserved_bytes=peak,
-                       memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=basis)
+                       memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=basis,
+                       grads_bytes=traced.grads_bytes or None)
 
 
 def _count(progress: Progress, why: str) -> None:

@@ -15,7 +15,8 @@ Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
 A multi-GPU instance runs data parallel, each GPU running the measured configuration
 (global batch = effective_batch x GPUs): its samples/s = per-GPU x GPUs x scaling efficiency.
 The efficiency is measured where the rows have it (a DDP row of the same configuration,
-world_size > 1: `scaling_for`), else the `Assumptions` default; every line says which.
+world_size > 1: `scaling_for`), else predicted from the instance's interconnect where the row has its
+gradient bytes (`bench.speed.ddp`), else the `Assumptions` default; every line says which.
 Memory fit: the row's peak (CUDA reserved when present, else `peak_memory_bytes`) plus
 headroom against the GPU's nominal memory; what does not fit is marked and not priced.
 """
@@ -29,6 +30,7 @@ from bench.cost.catalog import Instance
 from bench.frames import Tabular
 from bench.measure.hardware import GpuSpec, find_gpu
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
+from bench.speed.ddp import predicted_efficiency
 from bench.units import GIB
 
 IMAGENET_1K_TRAIN_IMAGES = 1_281_167
@@ -116,7 +118,11 @@ class MeasuredRow:
     predicted_gpu: str | None = None
     """A predicted row's GPU (catalog key): its speed holds on that GPU only. None: a measured row."""
     speed_basis: str = ""
-    """A predicted row's basis in words: `predicted (model v1, validation median error 14.2 %)`."""
+    """A predicted row's basis in words: `predicted (model v3, leave-one-GPU-out on gddr GPUs: median error
+    14.6 %, p90 41.5 %)`: the cross-GPU error of its kind of GPU."""
+    grads_bytes: int | None = None
+    """Gradient storage of one replica (what DDP all-reduces): with it, a multi-GPU instance whose interconnect
+    is known scales as `bench.speed.ddp` predicts instead of at the assumed efficiency."""
 
     @classmethod
     def from_runs_row(cls, row: Mapping[str, object]) -> MeasuredRow:
@@ -143,7 +149,8 @@ class MeasuredRow:
                    ddp_sync=row["ddp_sync"] or "no_sync", scaling_efficiency=number("scaling_efficiency"),
                    input=row.get("input") or "synthetic",
                    predicted_gpu=row.get("gpu") if row["status"] == "predicted" else None,
-                   speed_basis=row.get("speed_basis") or "")
+                   speed_basis=row.get("speed_basis") or "",
+                   grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")))
 
     @property
     def effective_batch(self) -> int:
@@ -254,9 +261,13 @@ def measured_scaling(rows: list[MeasuredRow]) -> dict[tuple, dict[int, MeasuredR
     return found
 
 
-def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, default: float) -> Scaling:
+def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, default: float,
+                instance: Instance | None = None, accum_steps_per_gpu: int | None = None) -> Scaling:
     """The efficiency of `row`'s configuration on `gpu_count` GPUs: measured at that count, else at the
-    largest measured count below it (labelled as such), else `default` (assumed).
+    largest measured count below it (labelled as such), else predicted from `instance`'s interconnect
+    (`bench.speed.ddp`, when the row has its gradient bytes and the instance is in
+    `bench/data/interconnects.csv`; at `accum_steps_per_gpu` micro-steps per optimizer step, default the
+    row's own), else `default` (assumed).
 
     Example: measured 0.94 on 2 processes, asked for 8 GPUs:
         >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
@@ -269,11 +280,23 @@ def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, def
     by_size = measured.get(row.configuration, {})
     below = [size for size in by_size if size <= gpu_count]
     if not below:
-        return Scaling(default, "assumed (--scaling-efficiency)")
+        predicted = _interconnect_scaling(row, gpu_count, instance, accum_steps_per_gpu or row.accum_steps)
+        return predicted or Scaling(default, "assumed (--scaling-efficiency)")
     size = max(below)
     source = by_size[size]
     applied = "" if size == gpu_count else f", applied to {gpu_count} GPUs"
     return Scaling(source.scaling_efficiency, f"measured with {size} processes on {source.device_name}{applied}")
+
+
+def _interconnect_scaling(row: MeasuredRow, gpu_count: int, instance: Instance | None,
+                          accum_steps: int) -> Scaling | None:
+    if instance is None or not row.grads_bytes or row.samples_per_s <= 0:
+        return None
+    micro_step_s = row.micro_batch / row.samples_per_s
+    predicted = predicted_efficiency(step_s=micro_step_s * accum_steps, micro_step_s=micro_step_s,
+                                     grads_bytes=row.grads_bytes, gpus=gpu_count, provider=instance.provider,
+                                     instance=instance.instance)
+    return None if predicted is None else Scaling(round(predicted[0], 4), predicted[1])
 
 
 @dataclass(frozen=True)
@@ -359,15 +382,18 @@ class CostLine:
 
 
 def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumptions: Assumptions,
-               measured: MeasuredScaling | None = None) -> CostLine:
+               measured: MeasuredScaling | None = None, accum_steps_per_gpu: int | None = None) -> CostLine:
     """`row` on `instance`: memory fit first, then speed, then hours and dollars.
 
     `measured`: scaling efficiencies measured by data-parallel rows (`measured_scaling`).
+    `accum_steps_per_gpu`: micro-steps each GPU runs per optimizer step where the caller splits the row's
+    effective batch over the GPUs (`bench plan`); default the row's own accumulation.
     """
     peak_bytes, memory_basis = row.memory_peak()
     fit = memory_fit(peak_bytes, assumptions.headroom, instance.gpu_spec.memory_gib)
     speed = gpu_speed(row, instance.gpu_spec)
-    scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency)
+    scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency, instance,
+                           accum_steps_per_gpu)
                if instance.gpu_count > 1 else None)
     common = dict(row=row, instance=instance, memory=fit, memory_basis=memory_basis, scaling=scaling)
     if isinstance(speed, tuple):

@@ -17,15 +17,22 @@ import numpy as np
 from bench.measure.hardware import gpu_spec
 from bench.speed.host import stored_host_dispatch
 from bench.speed.model import _HALF_INDEX as _HALF
-from bench.speed.model import GENERATIONS, EntryRates, OpFeatures, gpu_rates, op_features, op_times
+from bench.speed.model import GENERATIONS, KERNEL_US, EntryRates, OpFeatures, gpu_rates, op_features, op_times
 from bench.speed.params import FITTED_GENERATIONS, SpeedParams, load_model_file, params_json
 from bench.speed.reference import ReferenceRow, read_reference_ops, reference_rows
 from bench.speed.trace import OpTable
 
 START = SpeedParams(e_matmul=0.7, e_conv=0.6, e_grouped_conv=0.2, e_tf32=0.7, e_fp32=0.7, gen_volta=1.0, gen_turing=1.0, gen_ada=1.0,
                     flops_per_sm_half=1e6, nchw_half_bytes=1.0, e_memory=0.8, bytes_per_sm_half=1e4,
-                    l2_speedup=2.0, simt_per_cycle=16.0, kernel_us=3.0, host_us=10.0)
-"""Where the search starts: round figures of the usual order, not a result."""
+                    l2_speedup=2.0, simt_per_cycle=16.0, kernel_us=KERNEL_US, host_us=10.0)
+"""Where the search starts: round figures of the usual order, not a result (`kernel_us` and `host_us` are not
+searched: `HELD_FIXED`)."""
+HELD_FIXED = ("kernel_us", "host_us")
+"""Parameters the fit does not move. The calibration rows are large steps (the fastest spends 17.5 us of
+measured step per op it dispatches, most spend 400 us), so their loss is nearly flat in both; searched
+freely, the v2 fit drove both to 0.02 us, which made a tiny step memory-bound. `kernel_us` is the
+launch figure `KERNEL_US`; `host_us` is this CPU's measured dispatch (`bench/data/host_dispatch.csv`),
+capped by the fastest fitted row (`host_bound_us`)."""
 _FRACTIONS = ("e_matmul", "e_conv", "e_grouped_conv", "e_tf32", "e_fp32", "e_memory")
 """Searched through a logistic (always in (0, 1)); `l2_speedup` as 1 + a positive number (an L2 hit is
 never slower); every other parameter through a logarithm (positive)."""
@@ -121,9 +128,9 @@ def fit(data: Dataset, mask: np.ndarray | None = None, start: SpeedParams = STAR
     # A generation with no row in the fit has no say in its factor: held at the start's (Ampere's, 1),
     # not left to drift along a flat direction of the search.
     seen = {GENERATIONS[g] for g in np.unique(data.features.rates.generation[mask[data.row_index]])}
-    held = {f"gen_{g}" for g in FITTED_GENERATIONS if g not in seen}
+    held = {f"gen_{g}" for g in FITTED_GENERATIONS if g not in seen} | set(HELD_FIXED)
     free = np.array([f.name not in held for f in fields(SpeedParams)])
-    base = to_search(start)
+    base = to_search(replace(start, host_us=host_bound_us(data, mask, start.host_us)))
 
     def full(sub: np.ndarray) -> np.ndarray:
         vector = base.copy()
@@ -133,6 +140,22 @@ def fit(data: Dataset, mask: np.ndarray | None = None, start: SpeedParams = STAR
     best = nelder_mead(lambda sub: loss(full(sub)), base[free], ITERATIONS)
     best = nelder_mead(lambda sub: loss(full(sub)), best, ITERATIONS)  # a restart escapes a collapsed simplex
     return from_search(full(best))
+
+
+def host_bound_us(data: Dataset, mask: np.ndarray, measured_us: float) -> float:
+    """The host's dispatch cost per op: `measured_us` (this CPU), or less where a fitted row's measured step
+    over the ops it dispatches is shorter (a step never finishes before its host has issued every op, so
+    that row's host dispatched faster). Rounded so the parameter file's bytes do not hang on float noise.
+
+    >>> import types
+    >>> rows = types.SimpleNamespace(measured_samples_per_s=np.array([1000.0, 100.0]), host_ops=np.array([250, 10]),
+    ...                              rows=[types.SimpleNamespace(batch_size=4)] * 2)
+    >>> host_bound_us(rows, np.array([True, True]), 22.158), host_bound_us(rows, np.array([False, True]), 22.158)
+    (16.0, 22.158)
+    """
+    batch = np.array([row.batch_size for row in data.rows])
+    per_op_us = batch / data.measured_samples_per_s / data.host_ops * 1e6
+    return round(float(min(measured_us, per_op_us[mask].min())), 3)
 
 
 def reference_start() -> SpeedParams:
@@ -152,7 +175,8 @@ def fitted_on(data: Dataset) -> str:
         groups[key] = groups.get(key, 0) + 1
     listed = ", ".join(f"{key} {n}" for key, n in sorted(groups.items()))
     return (f"{len(data.rows)} rows of bench/data/reference/ ({listed}); weighted mean |log(predicted / measured)|;"
-            f" host_us started from {stored_host_dispatch().source}")
+            f" held, not fitted: kernel_us {KERNEL_US:g} (the launch figure), host_us the lesser of the "
+            f"{stored_host_dispatch().source} and the fastest fitted row's measured step per dispatched op")
 
 
 def fitted_params_json() -> tuple[str, Dataset]:

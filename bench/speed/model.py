@@ -1,4 +1,4 @@
-"""The throughput model (v2): three GPU resources per op, a per-kernel cost, and the host's dispatch as a floor.
+"""The throughput model (v3): three GPU resources per op, a per-kernel cost, and the host's dispatch as a floor.
 
 Each op costs the largest of three times, plus a fixed cost per kernel launched:
 
@@ -13,8 +13,9 @@ Each op costs the largest of three times, plus a fixed cost per kernel launched:
 - non-tensor work (elementwise, reductions, normalisation, optimizer): output elements /
   (SMs x boost clock x `simt_per_cycle`).
 
-The GPU's time is the sum over ops; the host issues every op (eager PyTorch) at `host_us` each, so the
-step is the longer of the two. The part that sets the step names its bound.
+The GPU's time is the sum over ops, each paying `KERNEL_US` (the launch figure, not fitted); the host issues
+every op (eager PyTorch) at `host_us` each (measured, bounded by the calibration rows: `bench.speed.fit`), so
+the step is the longer of the two. The part that sets the step names its bound.
 
 Precision follows the runner's flags (`bench.train.step.configure_precision`): under fp32 both cuBLAS
 and cuDNN TF32 are off, so fp32 ops run at the FP32 (SIMT) peak; under tf32 and AMP both are on, so
@@ -41,6 +42,12 @@ Bound = Literal["compute", "memory", "non-tensor", "overhead"]
 TILE_ELEMENTS = 128 * 128
 """Output elements per thread-block tile of a tensor-core kernel (cuBLAS and cuDNN's common 128 x 128
 tile): what a wave over the SMs is counted in. A fixed figure, not fitted."""
+KERNEL_US = 3.25
+"""GPU time per kernel launched beyond its roofline time, microseconds: a fixed figure, not fitted (the
+calibration rows are too large to see it). Source: CUDA.jl's CUDA-graphs guide (cuda.juliagpu.org/
+dev/usage/graphs/, read 2026-12-02 as a search excerpt): 80 broadcast kernels of an RK4 step take 260 us launched one by
+one, 3.25 us a kernel, and 70 us replayed as a graph (0.9 us a kernel: the GPU-side floor). The launched
+figure is taken: eager PyTorch launches one by one."""
 GENERATIONS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
 SIMT_GEMM_CEILING = 0.75
 """The most an fp32 matmul or attention on the FP32 (SIMT) units is predicted to reach of the FP32 peak.
@@ -194,7 +201,8 @@ def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: Spee
     rate = np.where(r.tf32, np.fmax(r.peak * e_max, r.fp32_peak * simt_e), r.peak * e_max)
     sms = r.sm_count
     with np.errstate(invalid="ignore", divide="ignore"):
-        tensor = np.where(f.computing, (f.flops + sms * params.flops_per_sm_half) * f.wave_cost / rate, 0.0)
+        # Whole waves multiply the op's FLOPs; the per-SM fill cost is paid once, not once per idle tile.
+        tensor = np.where(f.computing, (f.flops * f.wave_cost + sms * params.flops_per_sm_half) / rate, 0.0)
     moved = f.bytes_moved * np.where(f.transposed, 1 + params.nchw_half_bytes, 1.0)
     bandwidth = r.bandwidth * min(params.e_memory, 1.0) * np.where(f.in_l2, params.l2_speedup, 1.0)
     memory = np.where(f.launched & (moved > 0), (moved + sms * params.bytes_per_sm_half) / bandwidth, 0.0)

@@ -103,7 +103,7 @@ class ModelFile:
         return overall if spec is None else self.bands.get(band_key(spec), overall)
 
     def basis(self, spec: GpuSpec | None = None) -> str:
-        """`predicted (model v2, leave-one-GPU-out on gddr GPUs: median error 9.1 %, p90 21.0 %)`."""
+        """`predicted (model v3, leave-one-GPU-out on gddr GPUs: median error 14.6 %, p90 41.5 %)`."""
         band = self.band(spec)
         if band is None:
             return f"predicted (model {self.version}, not validated)"

@@ -88,3 +88,76 @@ def cross_gpu_ratios() -> list[dict]:
                              for gpu, p in rates.items()},
                           **{f"{gpu}_mfu_pct": "" if p is None else round(p.mfu_pct, 1) for gpu, p in rates.items()}})
     return table
+
+
+DLE_PLATFORMS_FILE = "dle_platforms.csv"
+
+
+def dle_scaling_check() -> list[dict]:
+    """The DLE 8-GPU training rows against the interconnect model: per pair of a configuration's 1-GPU and
+    8-GPU rows (same table version, GPU, precision, batch), the measured efficiency (8-GPU per-GPU samples/s
+    over the 1-GPU's) beside `bench.speed.ddp`'s prediction from the 1-GPU step, the model's fp32 gradient
+    bytes and the DGX's NVLink (`bench/data/reference/dle_platforms.csv`)."""
+    import csv
+    from importlib import resources
+
+    import timm
+    import torch
+
+    from bench.speed.ddp import BYTES_PER_GRADIENT, Interconnect, ddp_step
+    from bench.speed.reference import DLE_DOUBTS, DLE_FILE, REFERENCE_FOLDER
+
+    folder = resources.files("bench.data").joinpath(REFERENCE_FOLDER)
+    platforms = {row["platform"]: row
+                 for row in csv.DictReader(folder.joinpath(DLE_PLATFORMS_FILE).read_text().splitlines())}
+    rows = [row for row in csv.DictReader(folder.joinpath(DLE_FILE).read_text().splitlines())
+            if row["mode"] == "train" and row["platform"] in platforms and row["timm_equiv"]
+            and row["batch_size_per_gpu"] and row["n_nodes"] == "1"
+            and not any(doubt in row["flags"] for doubt in DLE_DOUBTS)]
+    key = lambda r: (r["dle_model"], r["platform"], r["precision"], r["container"], r["batch_size_per_gpu"])
+    one = {key(r): r for r in rows if r["n_gpus"] == "1"}
+    params: dict[str, int] = {}
+    table = []
+    for row in rows:
+        base = one.get(key(row))
+        if row["n_gpus"] != "8" or base is None:
+            continue
+        name = row["timm_equiv"].split(" ")[0]  # the widese variants: their base model's parameters
+        if name not in params:
+            with torch.device("meta"):
+                params[name] = sum(p.numel() for p in timm.create_model(name).parameters())
+        platform = platforms[row["platform"]]
+        link = Interconnect(platform["interconnect"], float(platform["link_gb_per_s"]), platform["source"])
+        batch = float(row["batch_size_per_gpu"])
+        step_s = batch / float(base["img_per_s_per_gpu"])
+        predicted = ddp_step(step_s=step_s, micro_step_s=step_s, grads_bytes=params[name] * BYTES_PER_GRADIENT,
+                             gpus=8, link=link)
+        measured = float(row["img_per_s_per_gpu"]) / float(base["img_per_s_per_gpu"])
+        table.append({"dle_model": row["dle_model"], "platform": row["platform"], "precision": row["precision"],
+                      "container": row["container"], "data_backend": row["data_backend"].split(" ")[0],
+                      "batch_size_per_gpu": int(batch), "one_gpu_img_per_s": float(base["img_per_s_per_gpu"]),
+                      "eight_gpu_img_per_s_per_gpu": float(row["img_per_s_per_gpu"]),
+                      "measured_efficiency": round(measured, 3),
+                      "eight_gpu_img_per_s_total": round(float(row["img_per_s_per_gpu"]) * 8),
+                      "grads_mib": round(params[name] * BYTES_PER_GRADIENT / 2**20, 1),
+                      "allreduce_ms": round(predicted.allreduce_s * 1e3, 2),
+                      "exposed_ms": round(predicted.exposed_s * 1e3, 3),
+                      "predicted_efficiency": round(predicted.efficiency, 3),
+                      "predicted_over_measured": round(predicted.efficiency / measured, 3)})
+    return table
+
+
+def write_dle_scaling_check(path: str = "docs/speed/dle_8gpu_scaling.csv") -> int:
+    """`dle_scaling_check` as CSV at `path`; returns the pairs written."""
+    import csv
+
+    table = dle_scaling_check()
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(table[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    return len(table)
+
+
+if __name__ == "__main__":  # python -m bench.speed.validate: the DLE 8-GPU check (seconds; no fit)
+    print(f"wrote {write_dle_scaling_check()} DLE 8-GPU pairs to docs/speed/dle_8gpu_scaling.csv")
