@@ -16,7 +16,7 @@ beside measured rows, and a measured row of the same option wins.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from bench.cache import ESTIMATOR_SOURCES, DiskCache
@@ -29,6 +29,7 @@ from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import FakeModels
 from bench.memory.fit import memory_fit
 from bench.memory.probe import estimated_peak_bytes
+from bench.results.keys import configuration_key
 from bench.speed.model import NoDatasheetPeak, gpu_rates, step_time
 from bench.speed.params import load_model_file
 from bench.speed.trace import StepOps, trace_cell
@@ -199,7 +200,9 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
                        device_name=f"predicted for {gpu}", samples_per_s=samples_per_s,
                        mfu_pct=utilization_pct(flops.model, samples_per_s, rates.headline_peak_flops_per_s),
                        model_flops_per_sample=flops.model, peak_memory_bytes=peak, peak_reserved_bytes=peak,
-                       memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=basis)
+                       memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=basis,
+                       axes=configuration_key(replace(request.cell(micro_batch, precision, checkpointing),
+                                                      accum_steps=accum_steps).to_dict()))
 
 
 def _count(progress: Progress, why: str) -> None:
