@@ -19,7 +19,8 @@ from conftest import paragraphs, read_rows, tiny_grid
 from PIL import Image
 
 from bench.cli import main as bench_main
-from bench.commands.grids import data_for, load_for_device
+from bench.api import load_for_device
+from bench.commands.grids import data_for
 from bench.errors import DataDirError
 from bench.grid.cell import Cell
 from bench.grid.spec import load_grid
