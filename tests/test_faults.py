@@ -81,6 +81,14 @@ EXTRA_AXES = {
     "grid.compile": ["[true]"],
     "grid.input": ['["disk"]'],
     "grid.ddp_sync": ['["sometimes"]'],
+    "grid.loss_tracking": ['["float"]'],
+    "grid.zero_grad": ['["ones"]'],
+    "grid.aux_loss": ['["on"]'],
+    "grid.attention": ['["flash"]'],
+    "grid.model_kwargs": ['["[1]"]'],
+    "grid.in_chans": ["[0]"],
+    "grid.image_width": ["[-1]"],
+    "grid.num_classes": ["[0]"],
     "run.seed": ["-1", "1099511627776", '"0"'],
 }
 TYPOS = {"grid.model": "modle", "grid.image_size": "image_sise", "grid.precision": "precison",
@@ -138,8 +146,16 @@ def _grid_cases() -> list[tuple[str, bytes | None, str | None]]:
 GRID_CASES = _grid_cases()
 
 
-def test_the_fault_suite_holds_at_least_100_malformed_grid_files():
-    assert len(GRID_CASES) >= 100
+def test_every_key_a_grid_file_may_set_has_a_malformed_case():
+    """Each axis a user can list under [grid], each [run] setting and each required key is refused by
+    at least one case above (by name), so a validation lost on any of them fails here."""
+    from bench.grid.cell import axes
+    from bench.grid.spec import RunSettings
+
+    named = {key for _, _, key in GRID_CASES if key}
+    settable = ({f"grid.{name}" for name in axes()} | {f"run.{name}" for name in RunSettings.model_fields} | set(REQUIRED)
+                | {"grid.effective_batch", "grid.pairs", "grid.exclude", "experiment.name"})
+    assert not settable - named, sorted(settable - named)
 
 
 @pytest.fixture
