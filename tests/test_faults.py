@@ -418,7 +418,9 @@ def test_preflight_fails_a_folder_that_cannot_take_rows(code, tmp_path, monkeypa
         preflight(tmp_path / "smoke" / "cpu")
 
 
-def test_rewrites_use_a_temporary_file_of_their_own(tmp_path, monkeypatch):
+def test_a_cells_new_row_is_appended_and_read_in_place_of_the_old(tmp_path, monkeypatch):
+    """`--force` and `--retry-failed` never overwrite a measurement: the file only grows, and every reader
+    takes the cell's last row. Only creating the file goes through a temporary file (of this process's own)."""
     names = []
     real = store.tempfile.mkstemp
 
@@ -428,11 +430,17 @@ def test_rewrites_use_a_temporary_file_of_their_own(tmp_path, monkeypatch):
         return fd, name
 
     monkeypatch.setattr(store.tempfile, "mkstemp", spy)
-    runs = RunsFile(tmp_path / "runs.csv", SCHEMA)
+    runs = RunsFile(tmp_path / "runs.csv", SCHEMA, history=True)  # as the runner's schema is by default
     runs.write(ROW)
-    runs.write({**ROW, "samples_per_s": 2.0})  # replaces: a rewrite
-    assert len(set(names)) == 2 and all(Path(n).parent == tmp_path for n in names)
+    first = runs.path.read_bytes()
+    runs.write({**ROW, "samples_per_s": 2.0})  # the same cell again
+    assert runs.path.read_bytes().startswith(first) and len(runs.path.read_bytes()) > len(first)
+    assert len(names) == 1 and Path(names[0]).parent == tmp_path
     assert [row["samples_per_s"] for row in runs.rows()] == ["2.0"]
+    computed = RunsFile(tmp_path / "estimates.csv", SCHEMA)  # computed rows (estimates): replaced in place
+    computed.write(ROW)
+    computed.write({**ROW, "samples_per_s": 2.0})
+    assert computed.path.read_text().count("smoke-a-1") == 1 and len(names) == 3
 
 
 # --- names that try to leave the root -------------------------------------------------------------
