@@ -21,8 +21,8 @@ from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import Estimate, FakeModels
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS, estimate_device, estimate_row
-from bench.results.provenance import provenance, utc_now
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
+from bench.results.provenance import provenance, utc_now
 from bench.results.schema import Column, config_columns, failure, failure_from
 from bench.results.store import RunsFile
 from bench.speed.model import NoDatasheetPeak, StepTime, gpu_rates, step_time
