@@ -20,7 +20,8 @@ constraints: install
 	$(BIN)/pip-compile --quiet --extra dev --extra slurm --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file constraints.txt pyproject.toml
 
-# Every test, doctests included; test-fast leaves out those marked slow (they start processes).
+# Every test, doctests included; test-fast (at most 2 minutes on 2 cores) leaves out those marked slow: they start
+# a process, or take more than about 1.5 s (listed in tests/conftest.py SLOW_TESTS).
 test: install
 	$(BIN)/python -m pytest -q
 

@@ -81,6 +81,14 @@ EXTRA_AXES = {
     "grid.compile": ["[true]"],
     "grid.input": ['["disk"]'],
     "grid.ddp_sync": ['["sometimes"]'],
+    "grid.loss_tracking": ['["float"]'],
+    "grid.zero_grad": ['["ones"]'],
+    "grid.aux_loss": ['["on"]'],
+    "grid.attention": ['["flash"]'],
+    "grid.model_kwargs": ['["[1]"]'],
+    "grid.in_chans": ["[0]"],
+    "grid.image_width": ["[-1]"],
+    "grid.num_classes": ["[0]"],
     "run.seed": ["-1", "1099511627776", '"0"'],
 }
 TYPOS = {"grid.model": "modle", "grid.image_size": "image_sise", "grid.precision": "precison",
@@ -138,8 +146,16 @@ def _grid_cases() -> list[tuple[str, bytes | None, str | None]]:
 GRID_CASES = _grid_cases()
 
 
-def test_the_fault_suite_holds_at_least_100_malformed_grid_files():
-    assert len(GRID_CASES) >= 100
+def test_every_key_a_grid_file_may_set_has_a_malformed_case():
+    """Each axis a user can list under [grid], each [run] setting and each required key is refused by
+    at least one case above (by name), so a validation lost on any of them fails here."""
+    from bench.grid.cell import axes
+    from bench.grid.spec import RunSettings
+
+    named = {key for _, _, key in GRID_CASES if key}
+    settable = ({f"grid.{name}" for name in axes()} | {f"run.{name}" for name in RunSettings.model_fields} | set(REQUIRED)
+                | {"grid.effective_batch", "grid.pairs", "grid.exclude", "experiment.name"})
+    assert not settable - named, sorted(settable - named)
 
 
 @pytest.fixture
@@ -402,7 +418,9 @@ def test_preflight_fails_a_folder_that_cannot_take_rows(code, tmp_path, monkeypa
         preflight(tmp_path / "smoke" / "cpu")
 
 
-def test_rewrites_use_a_temporary_file_of_their_own(tmp_path, monkeypatch):
+def test_a_cells_new_row_is_appended_and_read_in_place_of_the_old(tmp_path, monkeypatch):
+    """`--force` and `--retry-failed` never overwrite a measurement: the file only grows, and every reader
+    takes the cell's last row. Only creating the file goes through a temporary file (of this process's own)."""
     names = []
     real = store.tempfile.mkstemp
 
@@ -412,11 +430,17 @@ def test_rewrites_use_a_temporary_file_of_their_own(tmp_path, monkeypatch):
         return fd, name
 
     monkeypatch.setattr(store.tempfile, "mkstemp", spy)
-    runs = RunsFile(tmp_path / "runs.csv", SCHEMA)
+    runs = RunsFile(tmp_path / "runs.csv", SCHEMA, history=True)  # as the runner's schema is by default
     runs.write(ROW)
-    runs.write({**ROW, "samples_per_s": 2.0})  # replaces: a rewrite
-    assert len(set(names)) == 2 and all(Path(n).parent == tmp_path for n in names)
+    first = runs.path.read_bytes()
+    runs.write({**ROW, "samples_per_s": 2.0})  # the same cell again
+    assert runs.path.read_bytes().startswith(first) and len(runs.path.read_bytes()) > len(first)
+    assert len(names) == 1 and Path(names[0]).parent == tmp_path
     assert [row["samples_per_s"] for row in runs.rows()] == ["2.0"]
+    computed = RunsFile(tmp_path / "estimates.csv", SCHEMA)  # computed rows (estimates): replaced in place
+    computed.write(ROW)
+    computed.write({**ROW, "samples_per_s": 2.0})
+    assert computed.path.read_text().count("smoke-a-1") == 1 and len(names) == 3
 
 
 # --- names that try to leave the root -------------------------------------------------------------

@@ -226,7 +226,7 @@ def _runs_file_cases() -> list[tuple[str, str, str]]:
     cases += [(f"cell_id={value}", f"field cell_id {value}", "column cell_id")
               for value in ("../../etc", "", " x", "a b", "-x", "x" * 700, "a/b", "a;b")]
     cases += [(f"status={value}", f"field status {value}", "column status") for value in ("fine", "", "OK", "None")]
-    cases += [("repeated cell id", "repeat", "repeats line"), ("extra field", "extra field", "fields"),
+    cases += [("extra field", "extra field", "fields"),
               ("missing field", "missing field", "fields"), ("unknown column", "unknown column", "column"),
               ("NUL in a field", "field model a\x00b", None), ("invalid UTF-8", "bytes \xff", "UTF-8"),
               ("unclosed quote", 'line "x', "line")]
@@ -272,6 +272,16 @@ def test_report_refuses_a_spoilt_runs_file_naming_line_and_column(case, work, ca
     runs = work / "results" / "resnet50" / "cpu-amd-epyc" / "runs.csv"
     _spoil(runs, how)
     refused(["report", str(runs.parent)], work, capsys, names=names)
+
+
+def test_a_cell_measured_again_reads_as_its_last_row(work):
+    """`--force` appends: a cell's second row is its row, at the end, and the count of cells is unchanged."""
+    runs = work / "results" / "resnet50" / "cpu-amd-epyc" / "runs.csv"
+    before = read_runs(runs)
+    _spoil(runs, "field samples_per_s 12345.5")  # the first row's cell again, with another speed
+    after = read_runs(runs)
+    assert len(after) == len(before) and after.cell_id.iloc[-1] == before.cell_id.iloc[0]
+    assert after.samples_per_s.iloc[-1] == 12345.5 and list(after.cell_id[:-1]) == list(before.cell_id[1:])
 
 
 def test_a_runs_file_past_the_size_bound_is_refused_before_it_is_read(work, capsys):

@@ -19,7 +19,8 @@ from conftest import paragraphs, read_rows, tiny_grid
 from PIL import Image
 
 from bench.cli import main as bench_main
-from bench.commands.grids import data_for, load_for_device
+from bench.api import load_for_device
+from bench.commands.grids import data_for
 from bench.errors import DataDirError
 from bench.grid.cell import Cell
 from bench.grid.spec import load_grid
@@ -355,9 +356,17 @@ def test_png_named_jpeg_is_decoded_not_rejected(tmp_path, tiny_set):
     buffer = io.BytesIO()
     Image.open(victim).save(buffer, "PNG")  # as ImageNet's n02105855_2933.JPEG
     victim.write_bytes(buffer.getvalue())
+    classes = len([folder for folder in root.iterdir() if folder.is_dir()])
     feeder = feeder_for(root)
-    for _ in range(6):
-        feeder.micro_batch()
+    seen = 0
+    for _ in range(6):  # one pass: every file is read once, the PNG among them
+        images, labels = feeder.micro_batch()
+        # decoded like any JPEG: an RGB sample at the grid's size, finite, with its folder's label
+        assert images.shape == (4, 3, 32, 32) and torch.isfinite(images).all()
+        assert labels.shape == (4,) and 0 <= labels.min() and labels.max() < classes
+        seen += len(labels)
+    feeder.close()
+    assert seen == len(list(root.glob("*/*.JPEG")))
 
 
 def test_gpu_decode_without_a_gpu_is_a_skipped_row(tiny_set):

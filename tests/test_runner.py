@@ -11,6 +11,7 @@ import time
 import pytest
 from conftest import REPO, read_rows, run_bench, tiny_grid
 
+from bench.results.read import read_runs
 from bench.results.store import COLUMNS
 
 
@@ -38,9 +39,12 @@ def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path)
 
     forced = run_bench("run", "experiments/smoke.toml", "--results", str(results), "--force")
     assert forced.returncode == 0
-    redone = read_rows(runs)
+    written = read_rows(runs)
+    assert written[:len(rows)] == rows  # --force appends: the first measurements stay in the file as they were
+    redone = written[len(rows):]
     assert sorted(r["cell_id"] for r in redone) == sorted(r["cell_id"] for r in rows)
     assert all(new["started_utc"] >= old["started_utc"] for new, old in zip(redone, rows))
+    assert list(read_runs(runs).started_utc) == [r["started_utc"] for r in redone]  # the reader: each cell's last
 
 
 @pytest.mark.slow

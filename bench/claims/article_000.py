@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from bench.claims.claim import (
     ANY,
@@ -33,10 +32,9 @@ from bench.claims.evidence import (
 from bench.claims.readings import pair, pct, slower_by, time_change
 from bench.claims.supporting import cpu_slowdown, recompute_ratio
 from bench.claims.verdict import Check, outcome_in_range, range_check, value_check
-from bench.measure.flops import flops_per_sample
+from bench.measure.flops import flops_per_sample, forward_flops_per_sample
 from bench.measure.hardware import gpu_spec
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
-from bench.train.models import build_model
 from bench.units import GIB
 
 claims = ClaimList(article="000")
@@ -594,15 +592,6 @@ def gradscaler_retries(rows: Rows) -> list[Check]:
 def extra_forwards(rows: Rows) -> list[Check]:
     model = "vit_large_patch16_224"
     flops = flops_per_sample(model, 224, "full")
-    extra = (flops.hardware - flops.model) / _forward_flops(model, 224)
+    extra = (flops.hardware - flops.model) / forward_flops_per_sample(model, 224)
     return [value_check("24 extra forward passes per backward", extra, 24, 0.10, "forward passes", digits=2,
                         label="recompute =")]
-
-
-def _forward_flops(model_name: str, image_size: int) -> float:
-    """One forward pass's FLOPs per sample (meta tensors: shapes only)."""
-    model = build_model(model_name, image_size, device="meta")
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        model(torch.empty(1, 3, image_size, image_size, device="meta"))
-    return counter.get_total_flops()

@@ -7,10 +7,11 @@ import signal
 import sys
 from pathlib import Path
 
+from bench.api import load_for_device
 from bench.commands.common import add_device_option, non_negative, positive, positive_int
 from bench.commands.formats import add_format_option, emit, grid_document
-from bench.grid.spec import MAX_CELLS, Grid, load_grid, require_precisions
-from bench.measure.device import DeviceInfo, detect_device
+from bench.grid.spec import MAX_CELLS, Grid, load_grid
+from bench.measure.device import detect_device
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -170,15 +171,6 @@ def data_for(grids: list[Grid], data_dir: Path | None):
     print(f"data: {data.columns['data_set']} ({data.columns['data_source']}): {len(data):,} images, "
           f"{data.columns['data_bytes'] / 1e6:,.1f} MB, {data.classes} classes")
     return data
-
-
-def load_for_device(files: list[Path], device: DeviceInfo, max_cells: int = MAX_CELLS) -> list[Grid]:
-    """Every file loaded under the device's profile and checked against its precisions."""
-    profile = "cuda" if device.type == "cuda" else "cpu"
-    grids = [load_grid(path, profile, max_cells=max_cells) for path in files]
-    for grid in grids:
-        require_precisions(grid, device.precisions, device.name)
-    return grids
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:

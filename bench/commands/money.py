@@ -18,7 +18,6 @@ from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, 
 from bench.commands.model_options import (
     MODEL_HELP,
     add_model_options,
-    check_built,
     check_reference,
     model_extras,
     model_fields,
@@ -26,7 +25,7 @@ from bench.commands.model_options import (
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.plan import PlanRequest, make_plan
 from bench.cost.price import Assumptions, Workload, price_rows
-from bench.errors import OptionError, refused_step
+from bench.errors import OptionError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -136,12 +135,8 @@ def plan_run(args: argparse.Namespace) -> int:
         for folder in folders:
             step.advance(f"reading {folder}")
             rows += load_ok_rows(folder)
-        measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
-        predicting = args.predict == "always" or (args.predict == "auto" and not measured_gpu)
-        image_size = model_fields(args, args.image_size)["image_size"] or (224 if predicting and not measured_gpu
-                                                                            else None)
-        if predicting:
-            rows += _predicted_rows(args, model, image_size or _measured_size(rows, model), instances)
+        found = _plan_rows(args, model, rows, instances)
+        rows, image_size = found.rows, found.image_size
         request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
                               image_size=image_size, budget_usd=args.budget_usd,
                               deadline_hours=args.deadline_hours, spot=args.spot)
@@ -195,40 +190,25 @@ def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instan
     return tuple(i for i in instances if not gpus or i.gpu in gpus)
 
 
-def _measured_size(rows: list, model: str) -> int:
-    sizes = sorted({row.image_size for row in rows if row.model == model})
-    return sizes[0] if len(sizes) == 1 else 224
-
-
-def _predicted_rows(args: argparse.Namespace, model: str, image_size: int, instances: tuple[Instance, ...]) -> list:
-    import time
-
-    from bench.cost.predicted import (
-        DEFAULT_PRECISIONS,
-        MEMORY_METHOD,
-        PlanCandidates,
-        Progress,
-        predicted_plan_rows,
-    )
-
-    began = time.monotonic()
-    gpus = tuple(sorted({instance.gpu for instance in instances}))
-    candidates = PlanCandidates(model=model, image_size=image_size, effective_batch=args.effective_batch, gpus=gpus,
-                                precisions=tuple(args.precision) or DEFAULT_PRECISIONS,
-                                checkpointing=tuple(args.checkpointing) or ("off",), optimizer=args.optimizer,
-                                headroom=args.headroom, model_options=model_extras(model_fields(args, image_size)))
-    check_built(candidates.cell(1, "fp32", "off"))
-    progress = Progress()
+def _plan_rows(args: argparse.Namespace, model: str, rows: list, instances: tuple[Instance, ...]):
+    """The rows the plan ranks, predicted ones added by the rule `bench.plan` follows (`bench.api.plan_rows`)."""
+    from bench.api import plan_rows
     from bench.cost.outputs import wrapped
+    from bench.cost.predicted import MEMORY_METHOD
 
-    with refused_step(model, f"{image_size} px"):
-        rows = predicted_plan_rows(candidates, lambda text: print("\n".join(wrapped(text, "  ")), flush=True),
-                                   progress)
-    refused = "; ".join(f"{count} {why}" for why, count in progress.refused.items())
-    print("\n".join(wrapped(f"predicted {len(rows)} options on {len(gpus)} GPUs in {time.monotonic() - began:.1f} s"
-                            + (f" (not predicted: {refused})" if refused else ""), "  ")))
-    print("\n".join(wrapped(MEMORY_METHOD, "  ")))
-    return rows
+    fields = model_fields(args, args.image_size)
+    found = plan_rows(rows, model=model, effective_batch=args.effective_batch, instances=instances,
+                      image_size=fields["image_size"], predict=args.predict, precisions=tuple(args.precision),
+                      checkpointing=tuple(args.checkpointing), optimizer=args.optimizer, headroom=args.headroom,
+                      model_options=model_extras(fields),
+                      on_text=lambda text: print("\n".join(wrapped(text, "  ")), flush=True))
+    if found.predicted is not None:
+        gpus = len({instance.gpu for instance in instances})
+        refused = "; ".join(f"{count} {why}" for why, count in found.refused.items())
+        print("\n".join(wrapped(f"predicted {found.predicted} options on {gpus} GPUs in {found.seconds:.1f} s"
+                                + (f" (not predicted: {refused})" if refused else ""), "  ")))
+        print("\n".join(wrapped(MEMORY_METHOD, "  ")))
+    return found
 
 
 def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:

@@ -13,10 +13,12 @@ are counted and left out; the rest are ranked by dollars per run.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from bench.cost.catalog import Instance
 from bench.cost.price import (
+    LABELLED,
     Assumptions,
     CostLine,
     MeasuredRow,
@@ -27,6 +29,7 @@ from bench.cost.price import (
 )
 from bench.errors import BadInput
 from bench.frames import Tabular
+from bench.results.keys import varying
 
 
 class PlanError(BadInput):
@@ -65,6 +68,9 @@ class Option:
     accum_steps_per_gpu: int
     spot: bool = False
     """Priced at the spot rate instead of on-demand."""
+    variant: str = ""
+    """The axes this option's row differs in from another option's, beyond those its label names
+    (`channels_last=True`); "" when every option shares them."""
 
     @property
     def usd_basis(self) -> str:
@@ -102,10 +108,10 @@ class Option:
 
     @property
     def configuration(self) -> str:
-        """`16x1 per GPU bf16 ckpt-off adamw`."""
+        """`16x1 per GPU bf16 ckpt-off adamw`, then the variant when options differ in more (`channels_last=True`)."""
         row = self.line.row
-        return (f"{row.micro_batch}x{self.accum_steps_per_gpu} per GPU {row.precision} "
-                f"ckpt-{row.checkpointing} {row.optimizer}")
+        return " ".join(filter(None, (f"{row.micro_batch}x{self.accum_steps_per_gpu} per GPU {row.precision} "
+                                      f"ckpt-{row.checkpointing} {row.optimizer}", self.variant)))
 
     @property
     def basis_text(self) -> str:
@@ -195,11 +201,21 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
                 continue
             option = _option(row, instance, request, assumptions, measured, left_out)
             if option is not None:
-                key = (instance, option.configuration)
+                # Rows of one configuration measured at another accumulation re-split to the same option;
+                # any other axis (channels_last, attention, ...) keeps them apart.
+                key = (instance, option.accum_steps_per_gpu, row.key(ignore=("accum_steps",)))
                 if key not in best or _better_evidence(option, best[key]):
                     best[key] = option
-    options = tuple(sorted(best.values(), key=lambda o: (o.usd_per_run, o.hours_per_run)))
+    options = tuple(sorted(_named(best.values()), key=lambda o: (o.usd_per_run, o.hours_per_run)))
     return Plan(request, assumptions, sizes[0] if sizes else None, options, dict(left_out), explain(options))
+
+
+def _named(options: Iterable[Option]) -> list[Option]:
+    """The options, each with the axes that tell its row from another option's (beyond its label) as its variant."""
+    options = list(options)
+    apart = [name for name in varying(option.line.row.key() for option in options) if name not in LABELLED]
+    return [replace(option, variant=" ".join(f"{name}={dict(option.line.row.key())[name]}" for name in apart))
+            for option in options]
 
 
 def _option(row: MeasuredRow, instance: Instance, request: PlanRequest, assumptions: Assumptions,

@@ -17,7 +17,7 @@ multi-GPU instance scales as its interconnect predicts (`bench.speed.ddp`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from bench.cache import ESTIMATOR_SOURCES, DiskCache
@@ -30,6 +30,7 @@ from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import FakeModels
 from bench.memory.fit import memory_fit
 from bench.memory.probe import estimated_peak_bytes
+from bench.results.keys import configuration_key
 from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, gpu_rates, step_time
 from bench.speed.params import load_model_file
@@ -205,7 +206,9 @@ def _row(request: PlanCandidates, traced: Traced, precision: str, checkpointing:
                        mfu_pct=utilization_pct(flops.model, samples_per_s, rates.headline_peak_flops_per_s),
                        model_flops_per_sample=flops.model, peak_memory_bytes=peak, peak_reserved_bytes=peak,
                        memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=basis,
-                       grads_bytes=traced.grads_bytes or None)
+                       grads_bytes=traced.grads_bytes or None,
+                       axes=configuration_key(replace(request.cell(micro_batch, precision, checkpointing),
+                                                      accum_steps=accum_steps).to_dict()))
 
 
 def _count(progress: Progress, why: str) -> None:

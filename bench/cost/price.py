@@ -24,17 +24,20 @@ headroom against the GPU's nominal memory; what does not fit is marked and not p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Iterable, Literal, Mapping
 
 from bench.cost.catalog import Instance
 from bench.frames import Tabular
 from bench.measure.hardware import GpuSpec, find_gpu
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
+from bench.results.keys import Key, configuration_key, key_columns
 from bench.speed.ddp import predicted_efficiency
 from bench.units import GIB
 
 IMAGENET_1K_TRAIN_IMAGES = 1_281_167
 SECONDS_PER_HOUR = 3600
+LABELLED = ("model", "image_size", "precision", "checkpointing", "optimizer", "micro_batch", "accum_steps")
+"""The configuration columns a strategy label (and a plan option's) names; the others are its variant."""
 
 Basis = Literal["measured", "projected_from_gpu", "projected_from_cpu_profile", "predicted"]
 Status = Literal["priced", "does_not_fit", "no_peak", "no_mfu"]
@@ -123,6 +126,9 @@ class MeasuredRow:
     grads_bytes: int | None = None
     """Gradient storage of one replica (what DDP all-reduces): with it, a multi-GPU instance whose interconnect
     is known scales as `bench.speed.ddp` predicts instead of at the assumed efficiency."""
+    axes: Key = ()
+    """The runs row's whole configuration (`bench.results.keys.configuration_key`): every axis, the ones
+    without a field here too (channels_last, attention, ...). (): a row built by hand, its fields stand for it."""
 
     @classmethod
     def from_runs_row(cls, row: Mapping[str, object]) -> MeasuredRow:
@@ -150,17 +156,22 @@ class MeasuredRow:
                    input=row.get("input") or "synthetic",
                    predicted_gpu=row.get("gpu") if row["status"] == "predicted" else None,
                    speed_basis=row.get("speed_basis") or "",
-                   grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")))
+                   grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")),
+                   axes=configuration_key(row))
 
     @property
     def effective_batch(self) -> int:
         return self.micro_batch * self.accum_steps
 
+    def key(self, ignore: Iterable[str] = ()) -> Key:
+        """The row's configuration key (`bench.results.keys`), less `ignore`."""
+        own = {name: getattr(self, name) for name in key_columns() if hasattr(self, name)}
+        return configuration_key({**dict(self.axes), **own}, ignore)
+
     @property
-    def configuration(self) -> tuple:
-        """What a scaling measurement must share with a row to stand for it (the device aside)."""
-        return (self.model, self.image_size, self.micro_batch, self.accum_steps, self.precision,
-                self.checkpointing, self.optimizer)
+    def configuration(self) -> Key:
+        """What a scaling measurement must share with a row to stand for it (the device and world size aside)."""
+        return self.key(ignore=("world_size", "ddp_sync"))
 
     @property
     def strategy(self) -> str:

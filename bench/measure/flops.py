@@ -1,8 +1,13 @@
-"""FLOPs per sample from torch.utils.flop_counter, counted on the meta device.
+"""FLOPs per sample from torch.utils.flop_counter, counted on the meta device: the one FLOP counter.
 
 Counting on meta costs no compute and no memory, and attention is counted: on meta,
 scaled-dot-product attention decomposes into matmuls, whereas a real CPU run dispatches
 `_scaled_dot_product_flash_attention_for_cpu`, which FlopCounterMode does not count.
+
+torch's formula for a convolution's backward ignores the groups in the weight gradient (a
+depthwise convolution's is counted channels times over); `conv_backward_flops` divides that term
+by the groups, as the throughput model's op recorder (`bench.speed.ops`) does, so the MFU's
+numerator and the recorder's total agree.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 from bench.grid.model_ref import ModelSpec
 from bench.train.models import build_model
@@ -42,12 +47,47 @@ def flops_per_sample(model: str | ModelSpec, image_size: int, checkpointing: str
     return FlopsPerSample(model=model_flops, hardware=hardware_flops)
 
 
+def forward_flops_per_sample(model: str | ModelSpec, image_size: int) -> float:
+    """One forward pass's FLOPs per sample (no backward, no recompute).
+
+    Training is about three forward passes (the backward twice the forward; the first layer needs no input
+    gradient, so a little less):
+        >>> round(flops_per_sample("test_vit", 32, "off").model / forward_flops_per_sample("test_vit", 32), 1)
+        2.9
+    """
+    spec = model if isinstance(model, ModelSpec) else ModelSpec(model, image_size)
+    return _count(spec, "off", backward=False)
+
+
+def counter() -> FlopCounterMode:
+    """torch's FLOP counter with the grouped-convolution correction (`conv_backward_flops`)."""
+    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten.convolution_backward: conv_backward_flops})
+
+
+def conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
+                        _output_padding, groups, output_mask, out_shape, **kwargs) -> int:
+    """torch's `conv_backward_flop` (on shapes), its weight-gradient term divided by the groups."""
+    def t(shape):
+        return [shape[1], shape[0], *shape[2:]]
+    flops = 0
+    if output_mask[0]:
+        flops += conv_flop_count(grad_out_shape, w_shape, out_shape[0], not transposed)
+    if output_mask[1]:
+        first, second = (grad_out_shape, x_shape) if transposed else (x_shape, grad_out_shape)
+        flops += conv_flop_count(t(first), t(second), t(out_shape[1]), transposed=False) // max(int(groups), 1)
+    return flops
+
+
 @lru_cache(maxsize=None)
-def _count(spec: ModelSpec, checkpointing: str) -> float:
+def _count(spec: ModelSpec, checkpointing: str, backward: bool = True) -> float:
     model = build_model(spec, checkpointing=checkpointing, device="meta")
     images = torch.empty(_COUNT_BATCH, *spec.input_shape, device="meta")
     labels = torch.zeros(_COUNT_BATCH, dtype=torch.long, device="meta")
-    counter = FlopCounterMode(display=False)
-    with counter:
-        F.cross_entropy(model(images), labels % spec.num_classes).backward()
-    return counter.get_total_flops() / _COUNT_BATCH
+    counting = counter()
+    with counting:
+        if backward:
+            F.cross_entropy(model(images), labels % spec.num_classes).backward()
+        else:
+            with torch.no_grad():
+                model(images)
+    return counting.get_total_flops() / _COUNT_BATCH

@@ -29,6 +29,7 @@ from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
 from bench.measure.memory import TracedStep, param_bytes, trace_step
 from bench.memory.cuda_autocast import cuda_autocast_policy
+from bench.results.keys import SPLIT, configuration_key
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
 from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
@@ -182,8 +183,14 @@ def _attention_context(kernel: AttentionKernel) -> ContextManager:
     return contextlib.nullcontext()
 
 
+STEP_ONLY = (*SPLIT, "precision", "optimizer", "world_size", "ddp_sync", "loss_tracking", "zero_grad", "aux_loss",
+             "allocator", "compile", "trace_steps", "input", "loader_workers")
+"""The axes that leave the built model as it is (an axis not named here builds a model of its own: safe)."""
+
+
 class FakeModels:
-    """Fake-tensor models, built once per (model, image size, checkpointing, channels-last, attention).
+    """Fake-tensor models, built once per configuration of the model's own axes (model, input shape,
+    checkpointing, channels-last, attention, ...: every axis but `STEP_ONLY`).
 
     Precision, optimizer and batch shape do not change the model, so a grid's cells share
     it; each cell gets a fresh optimizer and starts with no gradients.
@@ -194,9 +201,9 @@ class FakeModels:
         self._models: dict[tuple, torch.nn.Module] = {}
 
     def get(self, cell: Cell) -> torch.nn.Module:
-        key = (ModelSpec.of(cell), cell.checkpointing, cell.channels_last, cell.attention)
+        key = configuration_key(cell.to_dict(), ignore=STEP_ONLY)
         if key not in self._models:
-            model = build_model(key[0], checkpointing=cell.checkpointing,
+            model = build_model(ModelSpec.of(cell), checkpointing=cell.checkpointing,
                                 channels_last=cell.channels_last, attention=cell.attention, device="meta")
             with self.mode:
                 self._models[key] = model.to_empty(device="cpu")

@@ -1,6 +1,7 @@
 """The estimate chart: predicted peak memory against micro-batch, with GPU memory sizes drawn across.
 
-One panel per model and precision, one line per checkpointing × optimizer × memory format,
+One panel per model and precision, one line per configuration (checkpointing × optimizer, and any
+other axis the panel's cells differ in, such as the memory format),
 so no series hides under another (bf16 and fp16 predict the same bytes); which GPU holds
 which configuration reads off the horizontal lines, the catalog's memory sizes.
 """
@@ -20,6 +21,7 @@ from bench.measure.hardware import gpu_keys, gpu_spec  # noqa: E402
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS  # noqa: E402
 from bench.report.charts import CHECKPOINT_STYLES, model_title, models  # noqa: E402
 from bench.report.rows import PRECISION_ORDER, ordered  # noqa: E402
+from bench.results.keys import SPLIT, configuration_key, key_columns, varying  # noqa: E402
 from bench.results.read import read_runs  # noqa: E402
 from bench.units import GIB  # noqa: E402
 
@@ -77,14 +79,33 @@ def write_estimate_chart(folder: Path) -> Path:
     return path
 
 
+NAMED = ("model", "precision", "checkpointing", "optimizer", "micro_batch", "accum_steps")
+"""What a line's panel, style and x axis already show."""
+
+
+def _word(axis: str, value: object) -> str:
+    """How a line's label names an axis that tells it from the panel's other lines ("" for a false flag)."""
+    if axis == "channels_last":
+        return "channels-last" if value else ""
+    if isinstance(value, bool):
+        return axis if value else ""
+    return f"{axis} {value}"
+
+
 def _panel(ax, cells: pd.DataFrame, column: str, profile: str) -> None:
-    configurations = ["checkpointing", "optimizer", "channels_last"]
-    for (ckpt, optimizer, channels_last), lines in cells.groupby(configurations, sort=False):
-        lines = lines.sort_values("micro_batch")
+    lines_of: dict[tuple, list] = {}  # one line per configuration (`bench.results.keys`), in order of appearance
+    for label, row in zip(cells.index, cells.to_dict("records")):
+        lines_of.setdefault(configuration_key(row, ignore=SPLIT), []).append(label)
+    told = {*varying(lines_of), "channels_last"}  # channels-last is named wherever it is on
+    apart = [name for name in key_columns() if name in told and name not in NAMED]
+    for key, labels in lines_of.items():
+        lines = cells.loc[labels].sort_values("micro_batch")
+        config = dict(key)
+        ckpt, optimizer = config["checkpointing"], config["optimizer"]
         marker, colour = OPTIMIZER_STYLES.get(optimizer, ("x", "black"))
         ax.plot(lines.micro_batch, lines[column].astype(float) / GIB, color=colour,
                 linestyle=CHECKPOINT_STYLES.get(ckpt, ":"), marker=marker,
-                label=f"ckpt {ckpt}, {optimizer}{', channels-last' if channels_last else ''}")
+                label=", ".join([f"ckpt {ckpt}", optimizer, *filter(None, (_word(name, config[name]) for name in apart))]))
     if profile == "cuda":
         for gib, names in gpu_memory_lines().items():
             ax.axhline(gib, color="grey", linewidth=0.8, linestyle=":")

@@ -9,10 +9,13 @@ import pandas as pd
 
 from bench.errors import ResultsFileError
 from bench.grid.cell import extra_axis_defaults
+from bench.results.keys import away_from_default, configuration_key, varying
 from bench.results.read import read_runs
 
 PRECISION_ORDER = ("fp32", "bf16", "fp16")
 OPTIMIZER_ORDER = ("adamw", "adamw8bit", "sgd")
+SHOWN = ("model", "image_size", "precision", "checkpointing", "optimizer", "micro_batch", "accum_steps")
+"""What the cell table gives a column of its own (the other axes go in its variant column)."""
 
 
 @dataclass(frozen=True)
@@ -50,19 +53,30 @@ def context_of(rows: pd.DataFrame) -> ReportContext:
 
 
 def variant_labels(rows: pd.DataFrame) -> pd.Series:
-    """Per row, the later-added axes away from their default ("world_size 2, ddp_sync every_step"); "" if none."""
-    def label(row: pd.Series) -> str:
-        return ", ".join(f"{name} {row[name]}" for name, default in extra_axis_defaults().items()
-                         if row[name] != default)
-    return rows.apply(label, axis=1) if len(rows) else pd.Series(dtype=str)
+    """Per row, the later-added axes away from their default ("world_size 2, ddp_sync every_step"), and any other
+    axis the table's own columns do not show that differs between its rows ("channels_last True"); "" if none."""
+    if not len(rows):
+        return pd.Series(dtype=str)
+    keys = [configuration_key(row) for row in rows.to_dict("records")]
+    extras = extra_axis_defaults()
+    apart = set(varying(keys)) - set(SHOWN) - set(extras)  # a later-added axis is named only away from its default
+
+    def label(key: tuple) -> str:
+        told = set(away_from_default(key)) & set(extras) | apart
+        return ", ".join(f"{name} {value}" for name, value in key if name in told)
+    return pd.Series([label(key) for key in keys], index=rows.index, dtype=str)
 
 
 def at_defaults(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows whose later-added axes (world size, loss tracking, ...) are all at their default:
     single-process cells of the plain step, which the charts and the accumulation table compare.
     All rows when none qualifies."""
-    plain = rows[variant_labels(rows) == ""]
-    return plain if len(plain) else rows
+    extras = extra_axis_defaults()
+
+    def plain(row: dict) -> bool:
+        return not any(name in extras for name in away_from_default(configuration_key(row)))
+    chosen = rows[[plain(row) for row in rows.to_dict("records")]] if len(rows) else rows
+    return chosen if len(chosen) else rows
 
 
 def reference_optimizer(rows: pd.DataFrame) -> str:

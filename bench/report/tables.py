@@ -14,6 +14,7 @@ from bench.report.rows import (
     reference_optimizer,
     variant_labels,
 )
+from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.units import GIB, MIB
 
 
@@ -71,27 +72,44 @@ def _memory_unit(values: pd.Series) -> tuple[float, str]:
 
 
 def accumulation_cost(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per model and precision: the large-batch end against the most-accumulated end.
+    """Per configuration: the large-batch end against the most-accumulated end.
 
-    Compared at checkpointing off (when measured) with the reference optimizer, so only the
-    micro-batch/accumulation split differs between the two cells.
+    Compared at checkpointing off (when measured) with the reference optimizer, and only between
+    rows whose configuration key (`bench.results.keys`) and effective batch agree, so only the
+    micro-batch/accumulation split differs between the two cells. Where the compared
+    configurations differ in more than model and precision, a column per such axis says how.
     """
     optimizer = reference_optimizer(rows)
     subset = rows[rows.optimizer == optimizer]
     if (subset.checkpointing == "off").any():
         subset = subset[subset.checkpointing == "off"]
+    groups: dict[tuple, list] = {}
+    for label, row in zip(subset.index, subset.to_dict("records")):
+        key = configuration_key(row, ignore=SPLIT)
+        groups.setdefault((key, int(row["micro_batch"]) * int(row["accum_steps"])), []).append(label)
+    shown = ("model", "precision", "optimizer")
+    extra = [name for name in varying(key for key, _ in groups) if name not in shown]
+    batches = {batch for _, batch in groups}
     lines = []
     for model in sorted(set(subset.model)):
         for precision in ordered(subset[subset.model == model].precision, PRECISION_ORDER):
-            cells = subset[(subset.model == model) & (subset.precision == precision)]
-            large, accumulated = cells.loc[cells.accum_steps.idxmin()], cells.loc[cells.accum_steps.idxmax()]
-            if large.cell_id == accumulated.cell_id:
-                continue
-            lines.append(_compare(model, precision, optimizer, large, accumulated))
+            chosen = sorted(((key, batch) for key, batch in groups
+                             if dict(key)["model"] == model and dict(key)["precision"] == precision),
+                            key=lambda item: (*sort_key(item[0]), item[1]))
+            for key, batch in chosen:
+                cells = subset.loc[groups[key, batch]]
+                large, accumulated = cells.loc[cells.accum_steps.idxmin()], cells.loc[cells.accum_steps.idxmax()]
+                if large.cell_id == accumulated.cell_id:
+                    continue
+                apart = {name: dict(key)[name] for name in extra}
+                if len(batches) > 1:
+                    apart["effective batch"] = batch
+                lines.append(_compare(model, precision, optimizer, large, accumulated, apart))
     return pd.DataFrame(lines)
 
 
-def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accumulated: pd.Series) -> dict:
+def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accumulated: pd.Series,
+             apart: dict) -> dict:
     both_ok = large.status == "ok" and accumulated.status == "ok"
 
     def change_pct(column: str) -> float | None:
@@ -101,7 +119,7 @@ def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accum
         return round(row[column] / scale, digits) if row.status == "ok" else row.status
 
     return {
-        "model": model, "precision": precision, "optimizer": optimizer,
+        "model": model, "precision": precision, "optimizer": optimizer, **apart,
         "large batch": pair_label(large.micro_batch, large.accum_steps),
         "accumulated": pair_label(accumulated.micro_batch, accumulated.accum_steps),
         "peak large (GiB)": value(large, "peak_memory_bytes", 3, GIB),
@@ -179,8 +197,11 @@ def predicted_accumulation_cost(estimates: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     table = table.drop(columns=["throughput lost (%)", "95 % interval (%)", "MFU large (%)", "MFU accumulated (%)"])
-    sizes = cuda.groupby("model").image_size.first()
-    table.insert(1, "image (px)", [int(sizes[model]) for model in table.model])
+    if "image_size" in table:  # the configurations compared differ in size: each line has its own
+        table.insert(1, "image (px)", table.pop("image_size").astype(int))
+    else:
+        sizes = cuda.groupby("model").image_size.first()
+        table.insert(1, "image (px)", [int(sizes[model]) for model in table.model])
     return table.rename(columns={"peak large (GiB)": "predicted peak large (GiB)",
                                  "peak accumulated (GiB)": "predicted peak accumulated (GiB)",
                                  "memory saved (%)": "predicted memory saved (%)"})

@@ -23,6 +23,8 @@ from bench.results.provenance import utc_now
 from bench.results.store import write_all
 
 LOCK_NAME = ".bench-run.lock"
+_HELD: set[str] = set()
+"""The lock files this process holds (their real paths)."""
 
 
 class FolderLocked(ResultsFileError):
@@ -30,11 +32,19 @@ class FolderLocked(ResultsFileError):
 
 
 @contextlib.contextmanager
-def runner_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
+def runner_lock(root: Path, *, wait: bool = False, within: bool = False) -> Iterator[None]:
     """Hold the results root's lock for the block; `FolderLocked` naming the holder when another runner
     has it, unless `wait` (then block until it is free). The lock file is removed when the block ends,
-    so a committed results folder is left as it was."""
+    so a committed results folder is left as it was.
+
+    `within`: a block inside a runner that may already hold it (`run_grid`, inside `bench run`'s lock over all
+    its grids): when this process holds it, the block neither locks nor removes; otherwise it locks as
+    above, so the library's callers are locked too. Without `within`, every holder counts as another."""
     path = Path(root) / LOCK_NAME
+    held = os.path.realpath(path)
+    if within and held in _HELD:
+        yield
+        return
     while True:
         fd = _open(root, path)
         try:
@@ -51,8 +61,10 @@ def runner_lock(root: Path, *, wait: bool = False) -> Iterator[None]:
             print(f"note: {path}: taking over the lock of a runner that is gone ({_describe(previous)})",
                   file=sys.stderr)
         _claim(fd)
+        _HELD.add(held)
         yield
     finally:
+        _HELD.discard(held)
         with contextlib.suppress(OSError):
             path.unlink()  # while still locked: a runner waiting on this file sees it gone and retries
         os.close(fd)  # closing releases the lock

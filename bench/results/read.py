@@ -7,6 +7,9 @@ one `ResultsFileError` naming the file, the line and the column. A last line wit
 (an append cut short by a kill or a full disk) is left out and reported; only `bench run` repairs it
 (`bench.results.store.RunsFile.repair_torn_tail`).
 
+A file is only ever appended to: a cell measured again has a later row, and the later row is the
+cell's (the earlier stays in the file, as measured).
+
 Types come from the schema: whole numbers as nullable integers, true/false as nullable booleans,
 numbers as floats, text and JSON as text. One rule for missing values: an empty field is missing
 (NA) in a number or boolean column and the empty string in a text column; no other text is missing,
@@ -28,6 +31,7 @@ import pandas as pd
 
 from bench.errors import ResultsFileError
 from bench.grid.cell import CELL_ID_MAX_CHARS, extra_axis_defaults
+from bench.results.derived import derive
 from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, STATUSES, Column
 
 _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "str", "json": "str"}
@@ -81,8 +85,7 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
                                    "move the file aside to start afresh")
         filler = {name: cell_text(extra_axis_defaults().get(name)) for name in columns if name not in header}
         key = [name for name in ("cell_id", "gpu") if name in header]  # a predictions file: a row per cell and GPU
-        seen: dict[tuple[str, ...], int] = {}
-        rows = []
+        seen: dict[tuple[str, ...], dict[str, str]] = {}
         for fields in reader:
             if not fields:  # a blank line holds nothing
                 continue
@@ -93,10 +96,10 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
             row = dict(zip(header, fields))
             check_row(row, columns, where)
             name = tuple(row[column] for column in key)
-            if name in seen:  # the writer replaces a cell's row: two are an edit, and either could be counted
-                raise ResultsFileError(f"{where}: {' '.join(name)} repeats line {seen[name]}; {SET_ASIDE_HINT}")
-            seen[name] = reader.line_num
-            rows.append({**filler, **row})
+            # A cell measured again (--force, --retry-failed) is appended: its last row stands, where the last is.
+            seen.pop(name, None)
+            seen[name] = {**filler, **row}
+        rows = list(seen.values())
     except csv.Error as exc:
         raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); {SET_ASIDE_HINT}") from None
     return RunsText(header, rows, data[cut:])
@@ -121,6 +124,8 @@ timeout, skipped, estimated, predicted; move that line into a side file (e.g. ru
 
 def _field_problem(name: str, value: str, kind: str) -> str | None:
     """What `value` should have been, or None when it is fine."""
+    if "\x00" in value:  # no writer puts a NUL byte in a field: a damaged file
+        return "text (it holds a NUL byte)"
     if name == "cell_id":
         return None if CELL_ID_PATTERN.match(value) else "a cell id (letters, digits, _ . + -)"
     if name == "status":
@@ -161,8 +166,9 @@ def read_runs(path: Path, columns: dict[str, Column] = COLUMNS) -> pd.DataFrame:
     if text.torn_tail:
         print(f"note: {path}: the last line is incomplete ({len(text.torn_tail)} bytes, an interrupted write); "
               "left out here, the next `bench run` sets it aside", file=sys.stderr)
-    frame = pd.DataFrame(text.rows, columns=list(columns), dtype=object).fillna("")
-    return typed(frame, columns)
+    frame = typed(pd.DataFrame(text.rows, columns=list(columns), dtype=object).fillna(""), columns)
+    # The figures that depend on other rows, from the rows as read (bench.results.derived), whatever the file holds.
+    return derive(frame) if columns is COLUMNS else frame
 
 
 def typed(frame: pd.DataFrame, columns: dict[str, Column]) -> pd.DataFrame:

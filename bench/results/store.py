@@ -1,8 +1,11 @@
 """The runs file: one CSV row per cell, written the moment the cell ends, and the results folder around it.
 
 Rows are appended with a single write and fsync, so killing a grid loses nothing finished;
-a row that replaces an earlier one for the same cell (`--force`, `--retry-failed`) rewrites
-the file through a temporary file of this process's own and an atomic rename. Every write
+a measured row that replaces an earlier one for the same cell (`--force`, `--retry-failed`) is
+appended too, and every reader takes a cell's last row, so a measurement once written is never
+overwritten. A runs file is written whole (through a temporary file of this process's own and an
+atomic rename) only when it is created or upgraded to today's header; files of computed rows
+(estimates, predictions) replace a row in place. Every write
 checks its result: a short write, a full or read-only disk or a permission error puts the file
 back as it was and raises `RowNotWritten`, which carries the row so the runner can print it.
 
@@ -94,13 +97,18 @@ class RunsFile:
 
     `key`: the columns that name a row (a row with the same values replaces it): the cell id, or
     the cell id and the GPU in a predictions file (one row per cell and GPU).
+    `history`: a replacing row is appended (readers take a key's last row), so a measurement is never
+    overwritten; the default for the runner's schema. Files of computed rows (estimates, predictions,
+    recomputed whole each time) default to replacing in place, so they do not grow with every rerun.
     """
 
-    def __init__(self, path: Path, columns: dict[str, Column] = COLUMNS, key: tuple[str, ...] = ("cell_id",)) -> None:
+    def __init__(self, path: Path, columns: dict[str, Column] = COLUMNS, key: tuple[str, ...] = ("cell_id",),
+                 history: bool | None = None) -> None:
         self.path = Path(path)
         self.schema = columns
         self.columns = list(columns)
         self.key = key
+        self.history = columns is COLUMNS if history is None else history
 
     def rows(self) -> list[dict[str, str]]:
         """Every row as the text the file holds, checked, columns of a newer schema filled in.
@@ -146,7 +154,9 @@ class RunsFile:
                                    "to a regular runs file inside the results folder: put the file itself there")
 
     def write(self, row: dict) -> None:
-        """Append `row`, or replace the earlier row of the same cell; `RowNotWritten` if the disk refuses."""
+        """Append `row`; a row of a key already there replaces it, appended (`history`: every reader takes a key's
+        last row) or in place. `RowNotWritten` if the disk refuses. A history file is written whole only when it is
+        created or carries an older schema's header."""
         unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
@@ -158,12 +168,11 @@ class RunsFile:
         existing = current.rows
         name = tuple(cell_text(row.get(column)) for column in self.key)
         try:
-            if any(tuple(old[column] for column in self.key) == name for old in existing):
-                kept = [old for old in existing if tuple(old[column] for column in self.key) != name]
-                self._rewrite(kept + [row])
-            elif not self.path.exists() or current.header != self.columns:
+            if not self.history and any(tuple(old[column] for column in self.key) == name for old in existing):
+                self._rewrite([old for old in existing if tuple(old[column] for column in self.key) != name] + [row])
+            elif not self.path.exists() or current.header != self.columns:  # a new file, or an older schema's
                 self._rewrite(existing + [row])
-            else:
+            else:  # a cell's new row, or its replacement: appended, and the reader takes a cell's last row
                 self._append(_csv_text([row], self.columns))
         except OSError as exc:
             raise RowNotWritten(self.path, exc, _csv_text([row], self.columns, header=True)) from None

@@ -142,7 +142,16 @@ def existing_rows(grid: Grid, device: DeviceInfo, options: RunOptions) -> dict[s
 def run_grid(grid: Grid, device: DeviceInfo, options: RunOptions,
              on_row: Callable[[dict, int, int], None] | None = None,
              on_start: Callable[[Cell, int, int], None] | None = None) -> list[dict]:
-    """Measure the grid's missing cells; returns every row of the grid's cells, old and new."""
+    """Measure the grid's missing cells under the results root's lock (re-entrant: `bench run` already holds
+    it); returns every row of the grid's cells, old and new."""
+    from bench.results.lock import runner_lock
+
+    with runner_lock(options.results_root, within=True):  # one runner per results root, library or CLI
+        return _run_grid(grid, device, options, on_row, on_start)
+
+
+def _run_grid(grid: Grid, device: DeviceInfo, options: RunOptions, on_row: Callable[[dict, int, int], None] | None,
+              on_start: Callable[[Cell, int, int], None] | None) -> list[dict]:
     if options.nproc is not None:
         grid = with_world_size(grid, options.nproc)
     device = cell_device(grid, device, options)

@@ -21,6 +21,7 @@ from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import Estimate, FakeModels
 from bench.memory.estimate_grid import ESTIMATE_COLUMNS, estimate_device, estimate_row
+from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
 from bench.results.schema import Column, config_columns, failure, failure_from
 from bench.results.store import RunsFile
@@ -170,16 +171,21 @@ def describe_prediction(row: dict) -> str:
 def accumulation_loss(rows: list[dict]) -> list[dict]:
     """Per GPU and configuration, predicted samples/s at the most-accumulated split vs the largest micro-batch.
 
+    A configuration is every axis (`bench.results.keys`): rows apart in any axis but the split are never
+    compared, and when the table holds such rows a `variant` column names the axes that tell its lines apart.
+
     >>> r = lambda m, k, s: {"status": "predicted", "gpu": "L4", "model": "m", "image_size": 224, "precision": "bf16",
     ...     "checkpointing": "off", "optimizer": "adamw", "micro_batch": m, "accum_steps": k, "samples_per_s": s}
     >>> accumulation_loss([r(64, 1, 100.0), r(8, 8, 80.0)])[0]["throughput_lost_pct"]
     20.0
     """
+    named = ("model", "image_size", "precision", "checkpointing", "optimizer")
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         if row["status"] == "predicted":
-            key = (row["gpu"], row["model"], row["image_size"], row["precision"], row["checkpointing"],
-                   row["optimizer"], row["micro_batch"] * row["accum_steps"])
+            config = configuration_key(row, ignore=SPLIT)
+            head = tuple(dict(config)[name] for name in named)
+            key = (row["gpu"], *head, row["micro_batch"] * row["accum_steps"], *sort_key(config))
             groups.setdefault(key, []).append(row)
     table = []
     for key, members in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
@@ -188,11 +194,18 @@ def accumulation_loss(rows: list[dict]) -> list[dict]:
         if large is small:
             continue
         table.append({"gpu": key[0], "model": key[1], "image_size": key[2], "precision": key[3],
-                      "checkpointing": key[4], "optimizer": key[5], "effective_batch": key[6],
+                      "checkpointing": key[4], "optimizer": key[5], "variant": configuration_key(large, ignore=SPLIT),
+                      "effective_batch": key[6],
                       "large_split": f"{large['micro_batch']}x{large['accum_steps']}",
                       "accumulated_split": f"{small['micro_batch']}x{small['accum_steps']}",
                       "large_samples_per_s": round(large["samples_per_s"], 1),
                       "accumulated_samples_per_s": round(small["samples_per_s"], 1),
                       "throughput_lost_pct": round(100 * (1 - small["samples_per_s"] / large["samples_per_s"]), 1),
                       "accumulated_bound": small.get("predicted_bound")})
+    apart = [name for name in varying(line["variant"] for line in table) if name not in named]
+    for line in table:  # the axes that tell lines apart beyond the named ones; no column when there are none
+        config = dict(line["variant"])
+        line["variant"] = " ".join(f"{name}={config[name]}" for name in apart)
+        if not apart:
+            del line["variant"]
     return table

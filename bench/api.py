@@ -1,0 +1,244 @@
+"""The library's functions: what the commands do, callable from Python. `bench/__init__.py` re-exports them;
+`bench.commands` calls them (never the reverse: no module here imports the CLI layer).
+
+Each imports what it needs when called, so importing this module is cheap (no torch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
+
+if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
+    import pandas as pd
+
+    from bench.cost.catalog import Instance
+    from bench.cost.plan import Plan
+    from bench.cost.price import MeasuredRow
+    from bench.cost.price import CostTable
+    from bench.grid.cell import Cell
+    from bench.grid.spec import Grid
+    from bench.memory.estimate import Estimate
+    from bench.measure.device import DeviceInfo
+    from bench.memory.probe import OnTrial, ProbeResult
+
+__all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan", "read_rows", "load_for_device",
+           "plan_rows", "PlanRows"]
+
+
+def load_grid(path: str | Path, profile: Literal["cuda", "cpu"] = "cuda") -> Grid:
+    """A grid file (`experiments/*.toml`) validated and expanded into cells, under `profile`
+    (`cuda`: the grid as written; `cpu`: its CPU profile's overrides). Bad input raises
+    `bench.errors.GridFileError` with a one-line message."""
+    from bench.grid.spec import load_grid as load
+
+    return load(path, profile)
+
+
+def estimate(cell: Cell, target: Literal["cuda", "cpu"] = "cuda") -> Estimate:
+    """The cell's peak memory predicted without running it (fake tensors): for a GPU (`cuda`:
+    `peak_allocated_bytes`, `peak_reserved_bytes`) or for this CPU's runner (`cpu`: `peak_bytes`)."""
+    from bench.memory.estimate import estimate_cell
+
+    return estimate_cell(cell, target)
+
+
+def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto", timeout_s: float = 600.0,
+            memory_limit_gib: float | None = None, results_root: str | Path | None = None) -> dict[str, Any]:
+    """Run one cell in its own process, as `bench run` does, and return its measured columns
+    (`status`, `peak_memory_bytes`, `samples_per_s`, `step_times_ms`, ...; docs/results.md).
+
+    MFU needs a peak: the GPU's datasheet figure, or on a CPU the matmul peak stored under
+    `results_root` (measured there first if absent). Without `results_root` on a CPU, MFU is left
+    empty. Nothing is written to a runs file: `run_grid` does that."""
+    from bench.measure.device import detect_device
+    from bench.measure.flops import flops_per_sample
+    from bench.measure.peak import PeakFlops, device_peak
+    from bench.run.cell_measurement import CellTask
+    from bench.run.cell_process import run_cell
+    from bench.grid.model_ref import ModelSpec
+
+    info = detect_device(device)
+    if info.type == "cpu" and results_root is None:
+        peak = PeakFlops(None, "no results_root given: CPU peak not looked up, no MFU")
+    else:
+        peak = device_peak(info, cell.precision, Path(results_root or "results"))
+    flops = flops_per_sample(ModelSpec.of(cell), cell.image_size, cell.checkpointing)
+    return run_cell(CellTask(cell, info, peak, flops, memory_limit_gib), timeout_s)
+
+
+def run_grid(path: str | Path, *, device: Literal["auto", "cuda", "cpu"] = "auto",
+             results_root: str | Path = "results", force: bool = False) -> list[dict]:
+    """Every cell of a grid file not yet measured, as `bench run FILE` does: rows appended to
+    `<results_root>/<experiment>/<device-tag>/runs.csv` as each cell ends; returns this run's rows."""
+    from bench.measure.device import detect_device
+    from bench.run.grid_runner import RunOptions
+    from bench.run.grid_runner import run_grid as run
+    from bench.train.model_bounds import check_grid
+
+    info = detect_device(device)
+    (grid,) = load_for_device([Path(path)], info)
+    check_grid(grid)  # the model's bounds (blocks, patch) before any cell, as `bench run`
+    return run(grid, info, RunOptions(results_root=Path(results_root), force=force))  # it takes the results lock
+
+
+def load_for_device(files: Iterable[str | Path], device: DeviceInfo, max_cells: int | None = None) -> list[Grid]:
+    """Every grid file loaded under the device's profile (`cpu` on a CPU) and checked against the precisions it
+    runs, as `bench run` loads them: a bad file or precision raises a one-line `BadInput` before anything runs."""
+    from bench.grid.spec import MAX_CELLS, require_precisions
+    from bench.grid.spec import load_grid as load
+
+    profile = "cuda" if device.type == "cuda" else "cpu"
+    grids = [load(path, profile, max_cells=MAX_CELLS if max_cells is None else max_cells) for path in files]
+    for grid in grids:
+        require_precisions(grid, device.precisions, device.name)
+    return grids
+
+
+def probe(model: str, *, gpu: str | None = None, memory_gib: float | None = None,
+          memory_limit_gib: float | None = None, device: Literal["auto", "cuda", "cpu"] = "auto",
+          accum_steps: int = 1, timeout_s: float = 600.0, on_trial: OnTrial | None = None,
+          **axes: Any) -> ProbeResult:
+    """The largest micro-batch of `model` that fits, as `bench probe` finds it.
+
+    With `gpu` (a GPU catalog key such as "A100-40GB") or `memory_gib`, from the estimator alone (peak
+    reserved + 10 % headroom); otherwise predicted, then found by real trials on `device` (on a CPU
+    `memory_limit_gib` is required). `axes` are the grid's (`image_size`, `precision`, `checkpointing`,
+    `optimizer`, `channels_last`, ...) and the model's (`model_kwargs` a dict, `in_chans`, `image_width`,
+    `num_classes`); `model` is a timm name, hf-hub:ORG/NAME, package.module:factory or path/to/file.py:factory.
+    `on_trial` is called with each `Trial` as it ends."""
+    from bench.errors import ModelRefError
+    from bench.grid.model_ref import model_problem, parse_model_kwargs
+    from bench.memory.budget import probe_budget
+    from bench.memory.probe import ProbeConfig, probe_from_estimate, probe_on_device
+
+    problem = model_problem(model)
+    if problem:
+        raise ModelRefError(problem)
+    if isinstance(axes.get("model_kwargs"), dict):
+        axes["model_kwargs"] = parse_model_kwargs(json.dumps(axes["model_kwargs"]))
+    config = ProbeConfig.of(model, accum_steps, **axes)
+    budget = probe_budget(gpu=gpu, memory_gib=memory_gib, memory_limit_gib=memory_limit_gib, device=device)
+    if budget.device is None:
+        return probe_from_estimate(config, budget, on_trial=on_trial)
+    return probe_on_device(config, budget, memory_limit_gib, timeout_s, on_trial=on_trial)
+
+
+def price(folder: str | Path, *, allow_cpu_projection: bool = False, providers: Iterable[str] = (),
+         catalog: str | Path | None = None, dataset_size: int | None = None, epochs: float | None = None,
+         scaling_efficiency: float = 0.9, headroom: float = 0.10) -> CostTable:
+    """Every ok row of `folder/runs.csv` priced on every current catalog instance, as `bench cost` does
+    (nothing is written: `bench cost` writes cost.csv, cost.md and the chart)."""
+    from bench.cost.catalog import load_catalog
+    from bench.cost.outputs import load_ok_rows
+    from bench.cost.price import Assumptions, price_rows
+
+    instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
+    return price_rows(load_ok_rows(Path(folder)), instances, _workload(dataset_size, epochs),
+                      Assumptions(scaling_efficiency=scaling_efficiency, headroom=headroom,
+                                  allow_cpu_projection=allow_cpu_projection))
+
+
+def plan(folders: Iterable[str | Path] = (), *, model: str, effective_batch: int, allow_cpu_projection: bool = False,
+         providers: Iterable[str] = (), spot: bool = False, budget_usd: float | None = None,
+         deadline_hours: float | None = None, image_size: int | None = None, catalog: str | Path | None = None,
+         dataset_size: int | None = None, epochs: float | None = None, scaling_efficiency: float = 0.9,
+         headroom: float = 0.10, predict: Literal["auto", "always", "never"] = "auto", gpus: Iterable[str] = (),
+         precisions: Iterable[str] = (), checkpointing: Iterable[str] = (), optimizer: str = "adamw",
+         on_text: Callable[[str], None] | None = None) -> Plan:
+    """(instance, micro-batch x accumulation, precision, checkpointing, optimizer) options ranked by dollars
+    per run for `model` at `effective_batch`, from the rows of `folders`, as `bench plan` does: by default
+    (`predict="auto"`) the throughput model adds options when the rows hold no GPU row of the model
+    (`always`: beside the measured ones; `never`: the rows alone). `gpus` keeps only instances with those
+    catalog GPUs; `precisions`, `checkpointing` and `optimizer` are what is predicted; `on_text` gets the
+    predictor's progress lines."""
+    from bench.cost.catalog import load_catalog
+    from bench.cost.outputs import load_ok_rows
+    from bench.cost.plan import PlanRequest, make_plan
+    from bench.cost.price import Assumptions
+
+    rows = [row for folder in folders for row in load_ok_rows(Path(folder))]
+    instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
+    wanted = tuple(gpus)
+    instances = tuple(i for i in instances if not wanted or i.gpu in wanted)
+    found = plan_rows(rows, model=model, effective_batch=effective_batch, instances=instances,
+                      image_size=image_size, predict=predict, precisions=tuple(precisions),
+                      checkpointing=tuple(checkpointing), optimizer=optimizer, headroom=headroom, on_text=on_text)
+    request = PlanRequest(model=model, effective_batch=effective_batch, workload=_workload(dataset_size, epochs),
+                          image_size=found.image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot)
+    return make_plan(found.rows, instances, request, Assumptions(scaling_efficiency=scaling_efficiency,
+                                                                 headroom=headroom,
+                                                                 allow_cpu_projection=allow_cpu_projection))
+
+
+@dataclass(frozen=True)
+class PlanRows:
+    """What a plan ranks: the rows given, and the throughput model's options when it was asked."""
+
+    rows: list[MeasuredRow]
+    image_size: int | None
+    """The image size the plan answers at (None: the rows' own, when they have one)."""
+    predicted: int | None = None
+    """Options the throughput model added (None: it was not asked)."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """Why some were not predicted, with counts."""
+    seconds: float = 0.0
+
+
+def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, instances: tuple[Instance, ...],
+              image_size: int | None = None, predict: Literal["auto", "always", "never"] = "auto",
+              precisions: tuple[str, ...] = (), checkpointing: tuple[str, ...] = (), optimizer: str = "adamw",
+              headroom: float = 0.10, model_options: dict[str, Any] | None = None,
+              on_text: Callable[[str], None] | None = None) -> PlanRows:
+    """`rows`, plus the throughput model's options on the instances' GPUs when `predict` asks for them (`auto`:
+    only when `rows` hold no GPU row of `model`, so measurements win): the one rule `bench plan` and `plan` share.
+    Predicting without a size or a GPU row, the plan answers at 224 px."""
+    import time
+
+    from bench.cost.predicted import DEFAULT_PRECISIONS, PlanCandidates, Progress, predicted_plan_rows
+    from bench.errors import refused_step
+    from bench.grid.model_ref import ModelSpec
+    from bench.train.model_build import check_classifier
+
+    measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
+    predicting = predict == "always" or (predict == "auto" and not measured_gpu)
+    if image_size is None and predicting and not measured_gpu:
+        image_size = 224
+    if not predicting:
+        return PlanRows(list(rows), image_size)
+    began = time.monotonic()
+    sizes = sorted({row.image_size for row in rows if row.model == model})
+    size = image_size or (sizes[0] if len(sizes) == 1 else 224)
+    candidates = PlanCandidates(model=model, image_size=size, effective_batch=effective_batch,
+                                gpus=tuple(sorted({instance.gpu for instance in instances})),
+                                precisions=precisions or DEFAULT_PRECISIONS, checkpointing=checkpointing or ("off",),
+                                optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}))
+    check_classifier(ModelSpec.of(candidates.cell(1, "fp32", "off")))  # one line when it is not a classifier
+    progress = Progress()
+    with refused_step(model, f"{size} px"):
+        predicted = predicted_plan_rows(candidates, on_text, progress)
+    return PlanRows(list(rows) + predicted, image_size, len(predicted), dict(progress.refused),
+                    time.monotonic() - began)
+
+
+def read_rows(folder: str | Path) -> pd.DataFrame:
+    """The rows of a results folder's `runs.csv` (or of the runs file named) as a DataFrame, checked and typed by
+    the one reader every command uses (`bench.results.read.read_runs`): one row per cell, the columns of
+    docs/results.md. A missing or invalid file raises `bench.errors.ResultsFileError` with a one-line message."""
+    from bench.errors import ResultsFileError
+    from bench.results.read import read_runs
+
+    path = Path(folder)
+    runs = path / "runs.csv" if path.is_dir() else path
+    if not runs.is_file():
+        raise ResultsFileError(f"{runs}: no runs file here; name a results folder such as results/smoke/<device-tag>")
+    return read_runs(runs)
+
+
+def _workload(dataset_size: int | None, epochs: float | None):
+    from bench.cost.price import Workload
+
+    chosen = {name: value for name, value in (("dataset_size", dataset_size), ("epochs", epochs)) if value is not None}
+    return Workload(**chosen)
