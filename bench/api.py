@@ -191,10 +191,13 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
               image_size: int | None = None, predict: Literal["auto", "always", "never"] = "auto",
               precisions: tuple[str, ...] = (), checkpointing: tuple[str, ...] = (), optimizer: str = "adamw",
               headroom: float = 0.10, model_options: dict[str, Any] | None = None,
-              on_text: Callable[[str], None] | None = None) -> PlanRows:
+              on_text: Callable[[str], None] | None = None,
+              check_cell: Callable[[Cell], None] | None = None) -> PlanRows:
     """`rows`, plus the throughput model's options on the instances' GPUs when `predict` asks for them (`auto`:
     only when `rows` hold no GPU row of `model`, so measurements win): the one rule `bench plan` and `plan` share.
-    Predicting without a size or a GPU row, the plan answers at 224 px."""
+    Predicting without a size or a GPU row, the plan answers at 224 px. `check_cell` checks the model on the
+    candidates' cell before any trace (default: that it is an image classifier for its input; `bench plan`
+    adds the model's bounds, naming its options)."""
     import time
 
     from bench.cost.predicted import DEFAULT_PRECISIONS, PlanCandidates, Progress, predicted_plan_rows
@@ -215,7 +218,11 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
                                 gpus=tuple(sorted({instance.gpu for instance in instances})),
                                 precisions=precisions or DEFAULT_PRECISIONS, checkpointing=checkpointing or ("off",),
                                 optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}))
-    check_classifier(ModelSpec.of(candidates.cell(1, "fp32", "off")))  # one line when it is not a classifier
+    probe_cell = candidates.cell(1, "fp32", "off")
+    if check_cell:
+        check_cell(probe_cell)
+    else:
+        check_classifier(ModelSpec.of(probe_cell))  # one line when it is not a classifier
     progress = Progress()
     with refused_step(model, f"{size} px"):
         predicted = predicted_plan_rows(candidates, on_text, progress)

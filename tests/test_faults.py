@@ -38,10 +38,15 @@ SMOKE = (REPO / "experiments" / "smoke.toml").read_text()
 # --- malformed grid files ----------------------------------------------------------------------
 
 def _set(key: str, value: str) -> str:
-    """The smoke grid with the line `key = ...` replaced by `key = value`."""
+    """The smoke grid with the line `key = ...` replaced by `key = value` (a [run] key it leaves unset: added)."""
     text, count = re.subn(rf"(?m)^{key} = .*$", lambda _: f"{key} = {value}", SMOKE)
+    if count == 0 and key in RUN_KEYS_UNSET_IN_SMOKE:
+        text, count = SMOKE.replace("[run]\n", f"[run]\n{key} = {value}\n", 1), 1
     assert count == 1, key
     return text
+
+
+RUN_KEYS_UNSET_IN_SMOKE = ("target_ci95_rel", "timing_budget_s", "threads")
 
 
 def _drop(key: str) -> str:
@@ -70,6 +75,11 @@ BAD_VALUES = {
     "run.warmup_steps": ["0", '"1"', "1.5", "true", "100000"],
     "run.measured_steps": ["0", "-1", '"5"', "1000000"],
     "run.timeout_s": ["inf", "nan", "-1", "0", '"120"', "true", "1e9", "-inf"],
+    "run.target_ci95_rel": ["0", "-0.05", "1.5", "nan", '"5%"'],
+    "run.timing_budget_s": ["0", "-1", "inf", "1e9", '"60"'],
+    "run.adaptive_timing": ['"yes"', "1", "[true]"],
+    "run.threads": ["0", "-2", "1.5", '"2"', "100000"],
+    "run.quiet_wait_s": ["-1", "nan", "inf", '"120"', "1e9"],
     "experiment.name": ['".."', '"."', '"a/b"', '"a\\\\b"', f'"{"a" * 300}"', '""', '"-x"', '".hidden"', '"a b"',
                         "1", '"../../etc"', '"smoke\\u0000"'],
 }

@@ -18,6 +18,7 @@ from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, 
 from bench.commands.model_options import (
     MODEL_HELP,
     add_model_options,
+    check_built,
     check_reference,
     model_extras,
     model_fields,
@@ -201,7 +202,7 @@ def _plan_rows(args: argparse.Namespace, model: str, rows: list, instances: tupl
                       image_size=fields["image_size"], predict=args.predict, precisions=tuple(args.precision),
                       checkpointing=tuple(args.checkpointing), optimizer=args.optimizer, headroom=args.headroom,
                       model_options=model_extras(fields),
-                      on_text=lambda text: print("\n".join(wrapped(text, "  ")), flush=True))
+                      on_text=lambda text: print("\n".join(wrapped(text, "  ")), flush=True), check_cell=check_built)
     if found.predicted is not None:
         gpus = len({instance.gpu for instance in instances})
         refused = "; ".join(f"{count} {why}" for why, count in found.refused.items())
