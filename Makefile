@@ -41,11 +41,10 @@ bench-ddp: install
 # The input pipeline (docs/input_pipeline.md): synthetic input against a JPEG DataLoader, ResNet-50 and
 # ViT-B/16, then their reports. The ImageNet-like set is generated once into ~/.cache/bench
 # ($$BENCH_CACHE_DIR); DATA_DIR=/path/to/imagenet/train reads a real ImageFolder tree instead.
-# One intra-op thread for every cell: on a CPU the workers then get cores of their own and the
-# synthetic and loader cells train alike (with a GPU the step's CPU threads barely matter).
+# The grids' CPU profiles give every cell one intra-op thread (run.threads), so the workers get cores of their own.
 INPUT_GRIDS := experiments/input_pipeline.toml experiments/input_pipeline_vit_b16.toml
 bench-input: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/bench run $(INPUT_GRIDS) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+	$(BIN)/bench run $(INPUT_GRIDS) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 	$(BIN)/bench report $$(ls -d results/input_pipeline/*/ results/input_pipeline_vit_b16/*/ | grep -v /estimate/)
 
 bench-smoke: install

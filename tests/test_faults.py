@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, read_rows
+from conftest import CPU_TAG, REPO, read_rows
 
 import bench.results.store as store
 from bench.cli import main
@@ -232,10 +232,10 @@ def test_every_shipped_grid_still_loads():
 # --- bad command-line input --------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [
-    ["cost", "results/resnet50/cpu-amd-epyc", "--epochs", "nan"],
-    ["cost", "results/resnet50/cpu-amd-epyc", "--epochs", "inf"],
-    ["cost", "results/resnet50/cpu-amd-epyc", "--headroom", "-inf"],
-    ["plan", "results/resnet50/cpu-amd-epyc", "--model", "resnet50", "--effective-batch", "x"],
+    ["cost", f"results/resnet50/{CPU_TAG}", "--epochs", "nan"],
+    ["cost", f"results/resnet50/{CPU_TAG}", "--epochs", "inf"],
+    ["cost", f"results/resnet50/{CPU_TAG}", "--headroom", "-inf"],
+    ["plan", f"results/resnet50/{CPU_TAG}", "--model", "resnet50", "--effective-batch", "x"],
     ["run", "experiments/smoke.toml", "--timeout-s", "nan"],
     ["run", "experiments/smoke.toml", "--memory-limit-gib", "inf"],
     ["probe", "test_resnet", "--memory-gib", "nan"],
@@ -304,7 +304,7 @@ def _corruptions(header: list[str], line: str) -> dict[str, bytes]:
 def _corrupt_folder(tmp_path: Path, corruption: str) -> tuple[Path, Path]:
     """A results root holding the committed claims_leak rows under this machine's device tag, with
     one corruption; returns (root, runs file)."""
-    source = REPO / "results" / "claims_leak" / "cpu-amd-epyc" / "runs.csv"
+    source = REPO / "results" / "claims_leak" / CPU_TAG / "runs.csv"
     text = source.read_text()
     lines = text.splitlines()
     bad = _corruptions(lines[0].split(","), lines[1])[corruption]

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, read_rows
+from conftest import CPU_TAG, REPO, read_rows
 from test_faults import GRID_CASES
 
 from bench.cli import main
@@ -31,7 +31,7 @@ from bench.results.read import MAX_RUNS_FILE_BYTES, read_runs
 from bench.results.schema import COLUMNS
 from bench.results.store import RunsFile
 
-ROWS = REPO / "results" / "resnet50" / "cpu-amd-epyc" / "runs.csv"
+ROWS = REPO / "results" / "resnet50" / CPU_TAG / "runs.csv"
 SMOKE = REPO / "experiments" / "smoke.toml"
 CATALOG = (REPO / "bench" / "data" / "instances.csv").read_text()
 SKYPILOT = REPO / "tests" / "data" / "skypilot" / "aws_vms_v7_excerpt.csv"
@@ -73,7 +73,7 @@ def work(tmp_path, monkeypatch):
     folder = tmp_path / "work"
     folder.mkdir()
     monkeypatch.chdir(folder)
-    rows = tmp_path / "results" / "resnet50" / "cpu-amd-epyc"
+    rows = tmp_path / "results" / "resnet50" / CPU_TAG
     rows.mkdir(parents=True)
     shutil.copy(ROWS, rows / "runs.csv")
     (tmp_path / "empty").mkdir()
@@ -128,9 +128,9 @@ PROBE_CASES = [*_numbers("--memory-gib", BAD_POSITIVE), *_numbers("--memory-limi
 def _folder_cases(root: Path) -> list[list[str]]:
     """A file where a folder is expected, an empty folder, a missing one, a catalog that is not one."""
     return [[str(root / "a-file")], [str(root / "empty")], [str(root / "missing")],
-            [str(root / "results" / "resnet50" / "cpu-amd-epyc"), "--catalog", str(root / "missing.csv")],
-            [str(root / "results" / "resnet50" / "cpu-amd-epyc"), "--catalog", str(root / "empty")],
-            [str(root / "results" / "resnet50" / "cpu-amd-epyc"), "--catalog", str(root / "a-file")]]
+            [str(root / "results" / "resnet50" / CPU_TAG), "--catalog", str(root / "missing.csv")],
+            [str(root / "results" / "resnet50" / CPU_TAG), "--catalog", str(root / "empty")],
+            [str(root / "results" / "resnet50" / CPU_TAG), "--catalog", str(root / "a-file")]]
 
 
 def test_each_command_family_has_at_least_100_cases():
@@ -142,13 +142,13 @@ def test_each_command_family_has_at_least_100_cases():
 
 @pytest.mark.parametrize("extra", PLAN_CASES, ids=_ids(PLAN_CASES))
 def test_plan_refuses_bad_input(extra, work, capsys):
-    rows = str(work / "results" / "resnet50" / "cpu-amd-epyc")
+    rows = str(work / "results" / "resnet50" / CPU_TAG)
     refused(["plan", "resnet50", rows, "--effective-batch", "256", "--allow-cpu-projection", *extra], work, capsys)
 
 
 @pytest.mark.parametrize("extra", COST_CASES, ids=_ids(COST_CASES))
 def test_cost_refuses_bad_input(extra, work, capsys):
-    refused(["cost", str(work / "results" / "resnet50" / "cpu-amd-epyc"), "--allow-cpu-projection", *extra],
+    refused(["cost", str(work / "results" / "resnet50" / CPU_TAG), "--allow-cpu-projection", *extra],
             work, capsys)
 
 
@@ -269,14 +269,14 @@ def _spoil(runs: Path, how: str) -> None:
 @pytest.mark.parametrize("case", RUNS_FILE_CASES, ids=[case[0][:50] for case in RUNS_FILE_CASES])
 def test_report_refuses_a_spoilt_runs_file_naming_line_and_column(case, work, capsys):
     name, how, names = case
-    runs = work / "results" / "resnet50" / "cpu-amd-epyc" / "runs.csv"
+    runs = work / "results" / "resnet50" / CPU_TAG / "runs.csv"
     _spoil(runs, how)
     refused(["report", str(runs.parent)], work, capsys, names=names)
 
 
 def test_a_cell_measured_again_reads_as_its_last_row(work):
     """`--force` appends: a cell's second row is its row, at the end, and the count of cells is unchanged."""
-    runs = work / "results" / "resnet50" / "cpu-amd-epyc" / "runs.csv"
+    runs = work / "results" / "resnet50" / CPU_TAG / "runs.csv"
     before = read_runs(runs)
     _spoil(runs, "field samples_per_s 12345.5")  # the first row's cell again, with another speed
     after = read_runs(runs)
@@ -285,7 +285,7 @@ def test_a_cell_measured_again_reads_as_its_last_row(work):
 
 
 def test_a_runs_file_past_the_size_bound_is_refused_before_it_is_read(work, capsys):
-    runs = work / "results" / "resnet50" / "cpu-amd-epyc" / "runs.csv"
+    runs = work / "results" / "resnet50" / CPU_TAG / "runs.csv"
     with runs.open("r+b") as handle:  # sparse: 200 MB on the file system's books, nothing on the disk
         handle.truncate(200 * 10**6)
     assert runs.stat().st_size > MAX_RUNS_FILE_BYTES
@@ -319,7 +319,7 @@ def test_a_runs_file_as_spreadsheets_and_older_versions_write_it_reads_the_same_
 def test_report_reads_a_runs_file_linked_from_outside_and_leaves_the_target_alone(work, capsys):
     outside = work / "outside.csv"
     shutil.copy(ROWS, outside)
-    folder = work / "results" / "linked" / "cpu-amd-epyc"
+    folder = work / "results" / "linked" / CPU_TAG
     folder.mkdir(parents=True)
     (folder / "runs.csv").symlink_to(outside)
     before = outside.read_bytes()
@@ -396,7 +396,7 @@ def test_a_bad_instance_catalog_is_refused_by_catalog_cost_and_plan(case, work, 
     name, how, value = case
     path = _catalog_file(work, how, value)
     refused(["catalog", "--instances", "--catalog", str(path)], work, capsys, names=str(path))
-    refused(["cost", str(work / "results" / "resnet50" / "cpu-amd-epyc"), "--allow-cpu-projection",
+    refused(["cost", str(work / "results" / "resnet50" / CPU_TAG), "--allow-cpu-projection",
              "--catalog", str(path)], work, capsys, names=str(path))
 
 

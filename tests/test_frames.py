@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from conftest import REPO
+from conftest import CPU_TAG, REPO
 
 import bench
 from bench.errors import ResultsFileError
 from bench.results.read import read_runs
 
-FOLDER = REPO / "results" / "resnet50" / "cpu-amd-epyc"
+FOLDER = REPO / "results" / "resnet50" / CPU_TAG
 
 
 def test_read_rows_is_the_one_readers_typed_frame_of_a_folder_or_its_runs_file():
