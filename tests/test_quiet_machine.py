@@ -224,6 +224,8 @@ def test_a_cell_is_timed_until_its_interval_target_and_its_row_says_how(tmp_path
     assert row["ci95_target_rel"] == "0.2"
     assert row["ci95_target_met"] == str(float(row["step_time_ci95_rel"]) <= 0.2).lower()
     assert int(row["warmup_steps_run"]) >= 2 and float(row["foreign_load_cores"]) >= 0
+    # the machine's own speed around the timed steps: a CPU does at least a GFLOP/s of fp32 matmul
+    assert float(row["reference_flops_per_s_before"]) > 1e9 and float(row["reference_flops_per_s_after"]) > 1e9
     rerun = run_bench("run", str(grid), "--results", str(tmp_path / "results"), "--threads", "1")
     assert "0 to measure: 1 already have rows" in rerun.stdout and "nothing measured now" in rerun.stdout
 
@@ -238,3 +240,15 @@ def test_bad_timing_settings_name_the_key(write_grid, key, value):
     grid = write_grid(text.replace("[run]", f"[run]\n{key} = {value}"))
     with pytest.raises(GridFileError, match=f"run.{key}"):
         load_grid(grid, "cpu")
+
+
+def test_a_report_says_how_far_the_machines_own_speed_moved_across_its_rows():
+    import pandas as pd
+
+    from bench.report.tables import machine_speed_note
+
+    rows = pd.DataFrame({"reference_flops_per_s_before": [60e9, 40e9], "reference_flops_per_s_after": [60e9, None]})
+    assert "40.0 to 60.0 GFLOP/s (median 60.0) over 3 probes in 2 rows: a spread of 33 %" in machine_speed_note(rows)
+    assert machine_speed_note(rows.iloc[:1]) is None  # one row cannot show a drift
+    assert machine_speed_note(pd.DataFrame({"step_time_median_ms": [1.0, 2.0]})) is None  # rows before the probe
+

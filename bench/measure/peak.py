@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -127,6 +129,29 @@ def measure_matmul_peak(precision: str, device: torch.device, size: int = 1024,
     b = torch.randn(size, size, device=device).to(dtype)
     torch.matmul(a, b)  # first call pays for kernel selection and thread start-up
     return 2 * size**3 / best_time_s(lambda: torch.matmul(a, b), device, min_time_s=min_time_s), size
+
+
+REFERENCE_MATRIX_SIDE = 512
+REFERENCE_SECONDS = 0.25
+
+
+def reference_flops_per_s(seconds: float = REFERENCE_SECONDS) -> float:
+    """The CPU's speed now on a fixed workload: the median FLOP/s of fp32 512x512 matmuls over `seconds`,
+    with the threads this process has.
+
+    Taken just before and just after a cell's timed steps, it shows whether the machine itself ran at
+    another speed for rows measured minutes apart (a VM's neighbours, its clock), which the interval of one
+    row's median cannot show. The median, not the best: a slower stretch is what it is there to see.
+    """
+    side = REFERENCE_MATRIX_SIDE
+    a, b = torch.randn(side, side), torch.randn(side, side)
+    torch.matmul(a, b)  # kernel selection and thread start-up
+    call_times_s, began = [], time.perf_counter()
+    while not call_times_s or time.perf_counter() - began < seconds:
+        started = time.perf_counter()
+        torch.matmul(a, b)
+        call_times_s.append(time.perf_counter() - started)
+    return 2 * side**3 / statistics.median(call_times_s)
 
 
 def measure_copy_bandwidth(device: torch.device, nbytes: int, repeats: int = 10) -> float:

@@ -21,6 +21,7 @@ from bench.report.tables import (
     accumulation_cost,
     cell_table,
     cpu_profile_banner,
+    machine_speed_note,
     data_parallel,
     estimate_vs_measured,
     predicted_accumulation_cost,
@@ -125,6 +126,9 @@ def _cpu_scope(rows: pd.DataFrame, context: ReportContext, predicted: pd.DataFra
     if context.profile != "cpu":
         return []
     lines = [cpu_profile_banner(rows), ""]
+    drift = machine_speed_note(rows)
+    if drift:
+        lines += [drift, ""]
     if predicted.empty:
         return lines + ["_No estimate of the grid as written yet: `bench estimate <grid file>` predicts its peak "
                         "memory without a device._", ""]

@@ -47,7 +47,44 @@ def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
         # rows measured before the quiet guard have no foreign load: the column appears once a row has one
         **({"other load (cores)": rows.foreign_load_cores.round(2)}
            if "foreign_load_cores" in rows and rows.foreign_load_cores.notna().any() else {}),
+        **({"machine (GFLOP/s)": (machine_speed(rows) / 1e9).round(1)} if machine_speed(rows).notna().any() else {}),
     })
+
+
+def machine_speed(rows: pd.DataFrame) -> pd.Series:
+    """Each row's reference-matmul speed, the mean of its probes before and after the timed steps (empty for rows
+    measured without them: on CUDA, under DDP, or before the probe existed)."""
+    probes = rows[[column for column in PROBE_COLUMNS if column in rows]].astype("Float64")
+    return probes.mean(axis=1, skipna=True).astype("Float64") if not probes.empty else pd.Series(
+        pd.NA, index=rows.index, dtype="Float64")
+
+
+PROBE_COLUMNS = ("reference_flops_per_s_before", "reference_flops_per_s_after")
+
+
+def machine_speed_note(rows: pd.DataFrame) -> str | None:
+    """How far the machine's own speed moved across the rows, as the reader must weigh differences between cells
+    (each row's interval covers only its own steps); None when fewer than two rows carry the probe.
+
+    >>> rows = pd.DataFrame({"reference_flops_per_s_before": [100e9, 80e9, 90e9],
+    ...                      "reference_flops_per_s_after": [100e9, 80e9, 110e9]})
+    >>> print(machine_speed_note(rows))  # doctest: +NORMALIZE_WHITESPACE
+    **The machine's own speed.** A fixed workload (fp32 512×512 matmuls, the cells' threads, 0.25 s) timed just
+    before and just after each cell's steps ran at 80.0 to 110.0 GFLOP/s (median 95.0) over 6 probes in 3 rows:
+    a spread of 32 % of the median. Each row's ±95 % interval covers its own steps only; a difference between
+    two cells smaller than this spread may be the machine, not the configuration.
+    """
+    columns = [column for column in PROBE_COLUMNS if column in rows]
+    probes = pd.concat([rows[column] for column in columns]).astype("Float64").dropna() if columns else pd.Series()
+    carrying = int(machine_speed(rows).notna().sum())
+    if carrying < 2:
+        return None
+    low, high, median = probes.min() / 1e9, probes.max() / 1e9, probes.median() / 1e9
+    return (f"**The machine's own speed.** A fixed workload (fp32 512×512 matmuls, the cells' threads, 0.25 s) timed "
+            f"just before and just after each cell's steps ran at {low:.1f} to {high:.1f} GFLOP/s (median {median:.1f}) "
+            f"over {len(probes)} probes in {carrying} rows: a spread of {100 * (high - low) / median:.0f} % of the "
+            "median. Each row's ±95 % interval covers its own steps only; a difference between two cells smaller "
+            "than this spread may be the machine, not the configuration.")
 
 
 def spread_text(row) -> str:

@@ -34,7 +34,7 @@ from bench.measure.memory import (
     trace_step,
 )
 from bench.measure.host import QuietPolicy, foreign_load_cores, loaded, read_load
-from bench.measure.peak import PeakFlops
+from bench.measure.peak import PeakFlops, reference_flops_per_s
 from bench.measure.timing import TimingPolicy, time_until_stable, warm_up
 from bench.results.schema import (
     failure,
@@ -160,10 +160,14 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
     if distribution:
         distribution.start_measuring()
     source.start_measuring()
+    # The machine's own speed, before and after: on a CPU only (one process; DDP ranks share the cores).
+    probe_speed = device.type == "cpu" and distribution is None
+    reference_before = reference_flops_per_s() if probe_speed else None
     load_before = read_load()
     timed = time_until_stable(run_step, device, policy)
     # Under DDP the other ranks are part of the cell, not foreign load: not measured there.
     foreign = None if distribution else foreign_load_cores(load_before, read_load())
+    reference_after = reference_flops_per_s() if probe_speed else None
     step_times_ms = timed.samples_ms
     peak_allocated, peak_reserved = allocator_peaks(device)
 
@@ -181,6 +185,8 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
         "ci95_target_met": timed.target_met,
         "foreign_load_cores": None if foreign is None else round(foreign, 3),
         "loaded": loaded(foreign, host_threads(task)),
+        "reference_flops_per_s_before": reference_before,
+        "reference_flops_per_s_after": reference_after,
     }
 
 
