@@ -24,7 +24,7 @@ headroom against the GPU's nominal memory; what does not fit is marked and not p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
 from bench.cost.catalog import Instance
 from bench.frames import Tabular
@@ -33,6 +33,9 @@ from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
 from bench.results.keys import Key, configuration_key, key_columns
 from bench.speed.ddp import predicted_efficiency
 from bench.units import GIB
+
+if TYPE_CHECKING:  # the throughput model imports torch; pricing does not
+    from bench.speed.predict import PlanPrediction
 
 IMAGENET_1K_TRAIN_IMAGES = 1_281_167
 SECONDS_PER_HOUR = 3600
@@ -158,6 +161,21 @@ class MeasuredRow:
                    speed_basis=row.get("speed_basis") or "",
                    grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")),
                    axes=configuration_key(row))
+
+    @classmethod
+    def predicted(cls, option: PlanPrediction) -> MeasuredRow:
+        """A plan option of the throughput model (`bench.speed.predict.plan_predictions`), basis `predicted`."""
+        cell, gpu, prediction = option.cell, option.prediction.gpu, option.prediction
+        return cls(cell_id=f"predicted-{cell.model}-{cell.image_size}px-{cell.micro_batch}x{cell.accum_steps}-"
+                           f"{cell.precision}-ckpt_{cell.checkpointing}-{cell.optimizer}-{gpu}",
+                   experiment=cell.experiment, profile=cell.profile, model=cell.model, image_size=cell.image_size,
+                   micro_batch=cell.micro_batch, accum_steps=cell.accum_steps, precision=cell.precision,
+                   checkpointing=cell.checkpointing, optimizer=cell.optimizer, device_type="cuda",
+                   device_name=f"predicted for {gpu}", samples_per_s=prediction.samples_per_s,
+                   mfu_pct=prediction.mfu_pct, model_flops_per_sample=prediction.model_flops_per_sample,
+                   peak_memory_bytes=option.peak_reserved_bytes, peak_reserved_bytes=option.peak_reserved_bytes,
+                   memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=option.basis,
+                   grads_bytes=option.grads_bytes or None, axes=configuration_key(cell.to_dict()))
 
     @property
     def effective_batch(self) -> int:

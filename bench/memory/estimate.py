@@ -127,7 +127,7 @@ class Estimate(Tabular):
     def peak_reserved_bytes(self) -> int | None:
         """A lower bound on `max_memory_reserved`: allocated, in whole 2 MiB segments."""
         allocated = self.peak_allocated_bytes
-        return None if allocated is None else _round_up(allocated, CUDA_SEGMENT_BYTES)
+        return None if allocated is None else whole_segments(allocated)
 
     @property
     def peak_bytes(self) -> int:
@@ -345,5 +345,14 @@ def _allocated(nbytes: int, cuda: bool) -> int:
     return _round_up(nbytes, CUDA_BLOCK_BYTES) if cuda else nbytes
 
 
-def _round_up(nbytes: int, unit: int) -> int:
+def whole_segments(nbytes: float) -> int:
+    """`nbytes` as the CUDA allocator reserves it: whole 2 MiB segments (`CUDA_SEGMENT_BYTES`).
+
+    >>> whole_segments(1) // MIB, whole_segments(2 * MIB) // MIB, whole_segments(2 * MIB + 1) // MIB
+    (2, 2, 4)
+    """
+    return _round_up(nbytes, CUDA_SEGMENT_BYTES)
+
+
+def _round_up(nbytes: float, unit: int) -> int:
     return math.ceil(nbytes / unit) * unit
