@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 from bench.cost.catalog import Instance
 from bench.frames import Tabular
 from bench.measure.hardware import GpuSpec, find_gpu
+from bench.measure.utilization import samples_per_s_at
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
 from bench.results.keys import Key, configuration_key, key_columns
 from bench.speed.ddp import predicted_efficiency
@@ -223,16 +224,6 @@ class MeasuredRow:
         return self.peak_memory_bytes, self.memory_source or "peak_memory_bytes"
 
 
-def projected_samples_per_s(mfu_pct: float, model_flops_per_sample: float, peak_flops_per_s: float) -> float:
-    """Samples/s a GPU with `peak_flops_per_s` reaches if it runs at the measured MFU.
-
-    Example: 40 % of an A100's 312 TFLOP/s bf16 peak, at 24.6 GFLOP per sample:
-        >>> round(projected_samples_per_s(40.0, 24.6e9, 312e12))
-        5073
-    """
-    return mfu_pct / 100 * peak_flops_per_s / model_flops_per_sample
-
-
 @dataclass(frozen=True)
 class RunCost:
     """Time and price of one run on one instance."""
@@ -362,7 +353,7 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
         return "no_peak", f"{gpu.gpu} datasheet has no {row.precision} peak: no projection"
     if row.mfu_pct is None or not row.model_flops_per_sample:
         return "no_mfu", f"row has no MFU ({row.device_name} has no known peak): no projection"
-    samples_per_s = projected_samples_per_s(row.mfu_pct, row.model_flops_per_sample, peak)
+    samples_per_s = samples_per_s_at(row.mfu_pct, row.model_flops_per_sample, peak)
     target = f"{gpu.gpu}'s {row.precision} datasheet peak {peak / 1e12:g} TFLOP/s"
     if row.on_cpu and row.precision == "fp16":
         return "no_mfu", (f"fp16 on a CPU ({row.device_name}) runs without fp16 arithmetic units (emulated, often "
