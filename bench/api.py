@@ -200,9 +200,10 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
     adds the model's bounds, naming its options)."""
     import time
 
-    from bench.cost.predicted import DEFAULT_PRECISIONS, PlanCandidates, Progress, predicted_plan_rows
+    from bench.cost.price import MeasuredRow
     from bench.errors import refused_step
     from bench.grid.model_ref import ModelSpec
+    from bench.speed.predict import DEFAULT_PRECISIONS, PlanCandidates, Progress, plan_predictions
     from bench.train.model_build import check_classifier
 
     measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
@@ -225,7 +226,7 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
         check_classifier(ModelSpec.of(probe_cell))  # one line when it is not a classifier
     progress = Progress()
     with refused_step(model, f"{size} px"):
-        predicted = predicted_plan_rows(candidates, on_text, progress)
+        predicted = [MeasuredRow.predicted(option) for option in plan_predictions(candidates, on_text, progress)]
     return PlanRows(list(rows) + predicted, image_size, len(predicted), dict(progress.refused),
                     time.monotonic() - began)
 

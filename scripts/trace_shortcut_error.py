@@ -26,7 +26,7 @@ from bench.speed.trace import trace_cell
 
 REPO = Path(__file__).resolve().parent.parent
 LINE_MICRO_BATCHES = (8, 16)
-"""The sizes `bench plan` traces (`bench.cost.predicted.TRACED_MICRO_BATCHES`)."""
+"""The sizes `bench plan` traces (`bench.speed.predict.TRACED_MICRO_BATCHES`)."""
 COLUMNS = ["model", "precision", "checkpointing", "optimizer", "micro_batch", "peak_full_bytes", "peak_line_bytes",
            "peak_error_pct", "ops_full", "ops_line", "same_ops", "flops_error_pct", "bytes_error_pct", "seconds"]
 

@@ -20,11 +20,11 @@ from bench.cost.price import (
     memory_fit,
     price_line,
     price_rows,
-    projected_samples_per_s,
     run_cost,
 )
 from bench.errors import CatalogError
 from bench.measure.hardware import gpu_keys, gpu_spec
+from bench.measure.utilization import samples_per_s_at
 from bench.results.store import RunsFile
 from bench.units import GIB
 
@@ -41,7 +41,7 @@ def _row(**changes) -> MeasuredRow:
     base = MeasuredRow(cell_id="r50-128x1", experiment="resnet50", profile="cuda", model="resnet50",
                        image_size=224, micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off",
                        optimizer="adamw", device_type="cuda", device_name="NVIDIA A100-SXM4-40GB",
-                       samples_per_s=projected_samples_per_s(40.0, 24.6e9, 312e12), mfu_pct=40.0,
+                       samples_per_s=samples_per_s_at(40.0, 24.6e9, 312e12), mfu_pct=40.0,
                        model_flops_per_sample=24.6e9, peak_memory_bytes=20 * GIB, memory_source="cuda_allocator")
     return replace(base, **changes)
 

@@ -153,11 +153,12 @@ def test_the_dle_8_gpu_rows_never_scale_better_than_their_all_reduce_allows():
 
 
 def test_plan_rows_carry_their_fp32_gradients_and_scale_by_the_interconnect():
-    from bench.cost.predicted import PlanCandidates, predicted_plan_rows
+    from bench.speed.predict import PlanCandidates, plan_predictions
     from bench.train.models import build_model
 
-    (row,) = predicted_plan_rows(PlanCandidates(model="test_resnet", image_size=32, effective_batch=16,
+    (option,) = plan_predictions(PlanCandidates(model="test_resnet", image_size=32, effective_batch=16,
                                                 gpus=("H100-80GB",), precisions=("bf16",)))
+    row = MeasuredRow.predicted(option)
     params = sum(p.numel() for p in build_model("test_resnet", 32).parameters())
     assert row.grads_bytes == 4 * params
     line = price_line(row, _catalog_instance("p5.48xlarge"), Workload(), Assumptions())

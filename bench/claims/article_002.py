@@ -23,7 +23,7 @@ from bench.claims.verdict import Check, outcome_in_range, range_check, value_che
 from bench.cost.price import IMAGENET_1K_TRAIN_IMAGES
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import gpu_spec
-from bench.measure.utilization import utilization_pct
+from bench.measure.utilization import samples_per_s_at, utilization_pct
 
 MODEL = "resnet50"
 
@@ -254,8 +254,8 @@ def eighty_five_mfu(rows: Rows) -> list[Check]:
     peak = gpu_spec(ARTICLE_GPU).peak_flops_per_s("fp16")
     mfu = utilization_pct(flops, rate, peak)
     measured = (f"{rate:,.0f} samples/s × {flops / 1e9:.1f} GFLOP / {peak / 1e12:.0f} TFLOP/s = {mfu:.1f} % MFU "
-                f"(85 % would be {0.85 * peak / flops:,.0f} samples/s, 90 epochs in "
-                f"{IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / (0.85 * peak / flops) / 3600:.1f} h)")
+                f"(85 % would be {samples_per_s_at(85, flops, peak):,.0f} samples/s, 90 epochs in "
+                f"{IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / samples_per_s_at(85, flops, peak) / 3600:.1f} h)")
     return [Check("85 % MFU (75 to 95 %)", measured, outcome_in_range(mfu, 75, 95))]
 
 

@@ -195,7 +195,7 @@ def _plan_rows(args: argparse.Namespace, model: str, rows: list, instances: tupl
     """The rows the plan ranks, predicted ones added by the rule `bench.plan` follows (`bench.api.plan_rows`)."""
     from bench.api import plan_rows
     from bench.cost.outputs import wrapped
-    from bench.cost.predicted import MEMORY_METHOD
+    from bench.speed.predict import MEMORY_METHOD
 
     fields = model_fields(args, args.image_size)
     found = plan_rows(rows, model=model, effective_batch=args.effective_batch, instances=instances,

@@ -69,7 +69,7 @@ def grid_name(plan: Plan) -> str:
 def grid_text(plan: Plan, option: Option, model_fields: dict[str, object]) -> str:
     """The grid file of one option: one cell, at the plan's image size (224 when no row gave one).
 
-    channels_last is on: the plan's predicted rows trace it so (`bench.cost.predicted.PlanCandidates`)."""
+    channels_last is on: the plan's predicted rows trace it so (`bench.speed.predict.PlanCandidates`)."""
     row = option.line.row
     code = ":" in plan.request.model and not plan.request.model.startswith("hf-hub:")
     extra = "".join(f"{name} = [{json.dumps(value)}]\n" for name, value in model_fields.items())

@@ -24,15 +24,19 @@ headroom against the GPU's nominal memory; what does not fit is marked and not p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
 from bench.cost.catalog import Instance
 from bench.frames import Tabular
 from bench.measure.hardware import GpuSpec, find_gpu
+from bench.measure.utilization import samples_per_s_at
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
 from bench.results.keys import Key, configuration_key, key_columns
 from bench.speed.ddp import predicted_efficiency
 from bench.units import GIB
+
+if TYPE_CHECKING:  # the throughput model imports torch; pricing does not
+    from bench.speed.predict import PlanPrediction
 
 IMAGENET_1K_TRAIN_IMAGES = 1_281_167
 SECONDS_PER_HOUR = 3600
@@ -159,6 +163,21 @@ class MeasuredRow:
                    grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")),
                    axes=configuration_key(row))
 
+    @classmethod
+    def predicted(cls, option: PlanPrediction) -> MeasuredRow:
+        """A plan option of the throughput model (`bench.speed.predict.plan_predictions`), basis `predicted`."""
+        cell, gpu, prediction = option.cell, option.prediction.gpu, option.prediction
+        return cls(cell_id=f"predicted-{cell.model}-{cell.image_size}px-{cell.micro_batch}x{cell.accum_steps}-"
+                           f"{cell.precision}-ckpt_{cell.checkpointing}-{cell.optimizer}-{gpu}",
+                   experiment=cell.experiment, profile=cell.profile, model=cell.model, image_size=cell.image_size,
+                   micro_batch=cell.micro_batch, accum_steps=cell.accum_steps, precision=cell.precision,
+                   checkpointing=cell.checkpointing, optimizer=cell.optimizer, device_type="cuda",
+                   device_name=f"predicted for {gpu}", samples_per_s=prediction.samples_per_s,
+                   mfu_pct=prediction.mfu_pct, model_flops_per_sample=prediction.model_flops_per_sample,
+                   peak_memory_bytes=option.peak_reserved_bytes, peak_reserved_bytes=option.peak_reserved_bytes,
+                   memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=option.basis,
+                   grads_bytes=option.grads_bytes or None, axes=configuration_key(cell.to_dict()))
+
     @property
     def effective_batch(self) -> int:
         return self.micro_batch * self.accum_steps
@@ -203,16 +222,6 @@ class MeasuredRow:
         if self.memory_source == "tracked_tensors":
             return self.peak_memory_bytes, "tracked_tensors (CPU MemTracker peak; no CUDA allocator or context)"
         return self.peak_memory_bytes, self.memory_source or "peak_memory_bytes"
-
-
-def projected_samples_per_s(mfu_pct: float, model_flops_per_sample: float, peak_flops_per_s: float) -> float:
-    """Samples/s a GPU with `peak_flops_per_s` reaches if it runs at the measured MFU.
-
-    Example: 40 % of an A100's 312 TFLOP/s bf16 peak, at 24.6 GFLOP per sample:
-        >>> round(projected_samples_per_s(40.0, 24.6e9, 312e12))
-        5073
-    """
-    return mfu_pct / 100 * peak_flops_per_s / model_flops_per_sample
 
 
 @dataclass(frozen=True)
@@ -344,7 +353,7 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
         return "no_peak", f"{gpu.gpu} datasheet has no {row.precision} peak: no projection"
     if row.mfu_pct is None or not row.model_flops_per_sample:
         return "no_mfu", f"row has no MFU ({row.device_name} has no known peak): no projection"
-    samples_per_s = projected_samples_per_s(row.mfu_pct, row.model_flops_per_sample, peak)
+    samples_per_s = samples_per_s_at(row.mfu_pct, row.model_flops_per_sample, peak)
     target = f"{gpu.gpu}'s {row.precision} datasheet peak {peak / 1e12:g} TFLOP/s"
     if row.on_cpu and row.precision == "fp16":
         return "no_mfu", (f"fp16 on a CPU ({row.device_name}) runs without fp16 arithmetic units (emulated, often "

@@ -37,7 +37,7 @@ from torch.nn.modules.batchnorm import (
 
 from bench.equivalence.variants import VARIANTS, DType, Norm, Setup, Split, Variant
 from bench.errors import BadInput
-from bench.grid.cell import OptimizerName
+from bench.grid.cell import Cell, OptimizerName
 from bench.grid.spec import timm_model_problem
 from bench.train.optim import build_optimizer
 from bench.train.step import (
@@ -45,7 +45,6 @@ from bench.train.step import (
     LossNormalization,
     accumulate_gradients,
     apply_update,
-    configure_precision,
 )
 
 DTYPES: dict[DType, torch.dtype] = {"fp32": torch.float32, "fp64": torch.float64}
@@ -103,6 +102,14 @@ class Settings:
         problem = timm_model_problem(self.model)
         if problem:
             raise EquivalenceError("model", problem)
+
+    @property
+    def large_batch(self) -> Cell:
+        """The large batch as a cell: one fp32 micro-batch of N samples (`dtype` is applied after)."""
+        return Cell(experiment="equivalence", profile="cuda" if self.device.startswith("cuda") else "cpu",
+                    model=self.model, image_size=self.image_size, micro_batch=self.effective_batch, accum_steps=1,
+                    precision="fp32", checkpointing="off", optimizer=self.optimizer, channels_last=False,
+                    warmup_steps=0, measured_steps=1, seed=self.seed)
 
 
 @dataclass(frozen=True)
@@ -181,20 +188,14 @@ def prepare(settings: Settings, variant: Variant) -> Prepared:
         >>> prepared.images.shape
         torch.Size([8, 3, 32, 32])
     """
-    from bench.train.models import (  # late: timm is slow to import
-        build_model,
-        synthetic_batch,
-    )
+    from bench.train.setup import cell_batch, seeded_model  # late: timm is slow to import
 
     if variant not in VARIANTS:
         raise EquivalenceError("variant", f"{variant!r} is not a variant; allowed: {', '.join(VARIANTS)}")
-    configure_precision("fp32")  # fp32 means fp32: no TF32 on a GPU
-    torch.manual_seed(settings.seed)
-    dtype = DTYPES[settings.dtype]
-    model = build_model(settings.model, settings.image_size, device=settings.device).to(dtype)
+    cell, dtype = settings.large_batch, DTYPES[settings.dtype]
+    model = seeded_model(cell, settings.device).to(dtype)  # fp32 means fp32: no TF32 on a GPU
     _apply_norm(model, VARIANTS[variant].norm, settings.model, variant)
-    images, labels = synthetic_batch(settings.effective_batch, settings.image_size, channels_last=False,
-                                     device=settings.device, seed=settings.seed)
+    images, labels = cell_batch(cell, settings.device)
     images = images.to(dtype)
     _check_batchnorm_sizes(model, [settings.effective_batch], "effective_batch")
     reference = take_step(model, [(images, labels)], "accum_steps", settings.optimizer)

@@ -24,3 +24,13 @@ def utilization_pct(flops_per_sample: float, samples_per_second: float,
     if not peak_flops_per_s:
         return None
     return 100.0 * flops_per_sample * samples_per_second / peak_flops_per_s
+
+
+def samples_per_s_at(utilization: float, flops_per_sample: float, peak_flops_per_s: float) -> float:
+    """The inverse of `utilization_pct`: samples/s a device with `peak_flops_per_s` reaches at `utilization` %.
+
+    Example: 40 % of an A100's 312 TFLOP/s bf16 peak, at 24.6 GFLOP per sample:
+        >>> round(samples_per_s_at(40.0, 24.6e9, 312e12))
+        5073
+    """
+    return utilization / 100 * peak_flops_per_s / flops_per_sample

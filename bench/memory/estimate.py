@@ -26,12 +26,10 @@ from torch.distributed._tools import mem_tracker
 
 from bench.frames import Tabular
 from bench.grid.cell import Cell
-from bench.grid.model_ref import ModelSpec
 from bench.measure.memory import TracedStep, param_bytes, trace_step
 from bench.memory.cuda_autocast import cuda_autocast_policy
 from bench.results.keys import SPLIT, configuration_key
-from bench.train.models import build_model, synthetic_batch
-from bench.train.optim import build_optimizer
+from bench.train.setup import cell_batch, cell_model, cell_optimizer
 from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
 from bench.units import MIB
 
@@ -129,7 +127,7 @@ class Estimate(Tabular):
     def peak_reserved_bytes(self) -> int | None:
         """A lower bound on `max_memory_reserved`: allocated, in whole 2 MiB segments."""
         allocated = self.peak_allocated_bytes
-        return None if allocated is None else _round_up(allocated, CUDA_SEGMENT_BYTES)
+        return None if allocated is None else whole_segments(allocated)
 
     @property
     def peak_bytes(self) -> int:
@@ -203,8 +201,7 @@ class FakeModels:
     def get(self, cell: Cell) -> torch.nn.Module:
         key = configuration_key(cell.to_dict(), ignore=STEP_ONLY)
         if key not in self._models:
-            model = build_model(ModelSpec.of(cell), checkpointing=cell.checkpointing,
-                                channels_last=cell.channels_last, attention=cell.attention, device="meta")
+            model = cell_model(cell, "meta")
             with self.mode:
                 self._models[key] = model.to_empty(device="cpu")
         return self._models[key]
@@ -243,17 +240,14 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
         parameter.grad = None
     # Built outside fake mode: bitsandbytes fills its quantisation maps through host reads
     # (`.tolist()`), which fake tensors cannot answer. Its state is still created, fake, in the step.
-    optimizer = build_optimizer(cell.optimizer, model.parameters())
+    optimizer = cell_optimizer(cell, model)
     cuda = target == "cuda"
     with (models.mode, _allocator_rounding(cuda), _attention_context(attention_kernel(cell, target, capability)),
           cuda_autocast_policy() if cuda else contextlib.nullcontext()):
         if cuda:
             _multi_tensor_updates(optimizer)
         scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
-        spec = ModelSpec.of(cell)
-        batch = synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
-                                device="cpu", seed=cell.seed, input_shape=spec.input_shape,
-                                num_classes=spec.num_classes)
+        batch = cell_batch(cell, "cpu")
         micro_batches = [batch] * (accum_steps or cell.accum_steps)
 
         def run_step(on_phase: PhaseHook | None = None):
@@ -351,5 +345,14 @@ def _allocated(nbytes: int, cuda: bool) -> int:
     return _round_up(nbytes, CUDA_BLOCK_BYTES) if cuda else nbytes
 
 
-def _round_up(nbytes: int, unit: int) -> int:
+def whole_segments(nbytes: float) -> int:
+    """`nbytes` as the CUDA allocator reserves it: whole 2 MiB segments (`CUDA_SEGMENT_BYTES`).
+
+    >>> whole_segments(1) // MIB, whole_segments(2 * MIB) // MIB, whole_segments(2 * MIB + 1) // MIB
+    (2, 2, 4)
+    """
+    return _round_up(nbytes, CUDA_SEGMENT_BYTES)
+
+
+def _round_up(nbytes: float, unit: int) -> int:
     return math.ceil(nbytes / unit) * unit

@@ -26,7 +26,6 @@ from torch.utils.data import DataLoader
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from bench.grid.cell import Cell
-from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import synthetic_input_default
 from bench.measure.cpu import cpu_model_name
 from bench.measure.input_pipeline import (
@@ -49,7 +48,7 @@ from bench.train.data import (
     normalize_batch,
     open_data,
 )
-from bench.train.models import synthetic_batch
+from bench.train.setup import cell_batch
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LOADER_ALONE_SAMPLES = 384
@@ -259,10 +258,7 @@ def open_input(cell: Cell, device: torch.device, data: ImageData | None = None) 
     """The cell's input source, its workers stopped on the way out. `data`: the runner's resolved data
     set (`bench.train.data.open_data`); without one, the default generated set."""
     if cell.input == "synthetic":
-        spec = ModelSpec.of(cell)
-        yield SyntheticInput(synthetic_batch(cell.micro_batch, cell.image_size, channels_last=cell.channels_last,
-                                             device=device, seed=cell.seed, input_shape=spec.input_shape,
-                                             num_classes=spec.num_classes))
+        yield SyntheticInput(cell_batch(cell, device))
         return
     gpu_decode = cell.input == "loader_gpu_decode"
     if gpu_decode and device.type != "cuda":

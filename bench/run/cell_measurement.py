@@ -21,7 +21,6 @@ import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
 import torch
 
 from bench.grid.cell import Cell
-from bench.grid.model_ref import ModelSpec
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line, is_out_of_memory
 from bench.measure.flops import FlopsPerSample
@@ -44,9 +43,9 @@ from bench.results.schema import (
 )
 from bench.run.cell_input import LoaderUnavailable, open_input
 from bench.train.data import ImageData
-from bench.train.models import build_model
-from bench.train.optim import OptimizerUnavailable, build_optimizer
-from bench.train.step import NoSync, configure_precision, grad_scaler_for, train_step
+from bench.train.optim import OptimizerUnavailable
+from bench.train.setup import cell_training
+from bench.train.step import NoSync, train_step
 from bench.units import GIB
 
 
@@ -129,16 +128,8 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
     cell, device = task.cell, torch.device(task.device.type)
     if distribution is None:  # a DDP rank's threads are its share of the cores (bench.run.ddp_rank)
         configure_threads(task.device)
-    configure_precision(cell.precision)
-    torch.manual_seed(cell.seed)
-    model = build_model(ModelSpec.of(cell), checkpointing=cell.checkpointing,
-                        channels_last=cell.channels_last, attention=cell.attention, device=device)
-    if distribution:
-        model = distribution.wrap(model)
-    if cell.compile == "on":
-        model = torch.compile(model)
-    optimizer = build_optimizer(cell.optimizer, model.parameters())
-    scaler = grad_scaler_for(cell.precision, device.type)
+    training = cell_training(cell, device, wrap=distribution.wrap if distribution else None)
+    model, optimizer, scaler = training.model, training.optimizer, training.scaler
     # Synthetic: the same micro-batch K times (a loader holds one micro-batch at a time, and so do
     # we); a loader: each micro-batch fetched as the step reaches it.
     source = cleanup.enter_context(open_input(cell, device, task.data))

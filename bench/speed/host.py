@@ -19,16 +19,19 @@ from pathlib import Path
 
 import torch
 
+from bench.grid.cell import Cell
 from bench.measure.cpu import cpu_model_name
 from bench.speed.ops import OpRecorder
-from bench.train.models import build_model, synthetic_batch
-from bench.train.optim import build_optimizer
+from bench.train.setup import cell_batch, cell_training
 from bench.train.step import train_step
 
 HOST_FILE = "host_dispatch.csv"
 HOST_COLUMNS = ("us_per_op", "ops_per_step", "step_ms", "model", "image_size", "micro_batch", "threads",
                 "cpu_model", "torch_version", "measured_utc")
-_MODEL, _IMAGE_SIZE, _MICRO_BATCH, _STEPS = "test_vit", 16, 1, 50
+_CELL = Cell(experiment="host_dispatch", profile="cpu", model="test_vit", image_size=16, micro_batch=1, accum_steps=1,
+             precision="fp32", checkpointing="off", optimizer="sgd", channels_last=False, warmup_steps=1,
+             measured_steps=50)
+"""The tiny step measured: tensors so small that its kernels are a fraction of the dispatch."""
 
 
 @dataclass(frozen=True)
@@ -47,20 +50,19 @@ def stored_host_dispatch() -> HostDispatch:
 def measure_host_dispatch() -> dict:
     """The fastest of 50 tiny eager training steps on the CPU, per aten op it dispatches (the fastest:
     what the host costs when nothing else shares its core)."""
-    model = build_model(_MODEL, _IMAGE_SIZE)
-    optimizer = build_optimizer("sgd", model.parameters())
-    batch = synthetic_batch(_MICRO_BATCH, _IMAGE_SIZE, channels_last=False, device="cpu")
+    training = cell_training(_CELL, "cpu")
+    step = [cell_batch(_CELL, "cpu")]
     with OpRecorder() as recorder:
-        train_step(model, optimizer, [batch], "fp32")
+        train_step(training.model, training.optimizer, step, _CELL.precision)
     times = []
-    for _ in range(_STEPS):
+    for _ in range(_CELL.measured_steps):
         began = time.perf_counter()
-        train_step(model, optimizer, [batch], "fp32")
+        train_step(training.model, training.optimizer, step, _CELL.precision)
         times.append(time.perf_counter() - began)
     step_s = min(times)
     ops = len(recorder.records)
     return {"us_per_op": round(step_s / ops * 1e6, 3), "ops_per_step": ops, "step_ms": round(step_s * 1e3, 3),
-            "model": _MODEL, "image_size": _IMAGE_SIZE, "micro_batch": _MICRO_BATCH,
+            "model": _CELL.model, "image_size": _CELL.image_size, "micro_batch": _CELL.micro_batch,
             "threads": torch.get_num_threads(), "cpu_model": cpu_model_name(), "torch_version": torch.__version__,
             "measured_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 

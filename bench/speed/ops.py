@@ -19,7 +19,9 @@ from typing import Any, Literal
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import conv_flop_count, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+from bench.measure.flops import conv_backward_flops
 
 OpClass = Literal["matmul", "conv", "grouped_conv", "attention", "norm", "reduction", "elementwise",
                   "optimizer", "view"]
@@ -154,18 +156,9 @@ def _flops(packet, args: tuple, kwargs: dict, out: Any) -> float:
 
 
 def _grouped_conv_backward_flops(args: tuple, out: Any) -> float:
-    """The registry's formula (`conv_backward_flop`), its weight-gradient term divided by the groups."""
-    grad_out, x, weight, *_ = args
-    transposed, groups, output_mask = args[7], args[9], args[10]
-    flops = 0
-    if output_mask[0]:
-        flops += conv_flop_count(grad_out.shape, weight.shape, out[0].shape, not transposed)
-    if output_mask[1]:
-        def t(shape):
-            return [shape[1], shape[0], *shape[2:]]
-        first, second = (grad_out, x) if transposed else (x, grad_out)
-        flops += conv_flop_count(t(first.shape), t(second.shape), t(out[1].shape), transposed=False) // groups
-    return flops
+    """The FLOP counter's (`bench.measure.flops.conv_backward_flops`), on the recorded op's arguments."""
+    return conv_backward_flops(*(arg.shape if isinstance(arg, torch.Tensor) else arg for arg in args),
+                               out_shape=[None if tensor is None else tensor.shape for tensor in out])
 
 
 def _bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor], mutable: bool) -> int:
