@@ -220,3 +220,22 @@ def test_predicted_rows_carry_the_cross_gpu_interval_and_say_so():
     for row in rows:
         assert row["samples_per_s_low"] < row["samples_per_s"] < row["samples_per_s_high"]
         assert "leave-one-GPU-out" in row["speed_basis"] and "same-GPU" not in row["speed_basis"]
+
+
+def test_the_written_tables_keep_their_committed_headers_from_declared_columns(tmp_path):
+    from bench.commands.speed import ACCUMULATION_COLUMNS, _write_csv
+    from bench.speed.validate import ERROR_COLUMNS, VALIDATION_COLUMNS, cross_gpu_columns
+
+    header = lambda path: path.read_text().splitlines()[0].split(",")  # noqa: E731
+    assert header(REPO / "docs/speed/validation.csv") == list(VALIDATION_COLUMNS)
+    assert header(REPO / "docs/speed/cross_gpu.csv") == list(cross_gpu_columns())
+    assert header(REPO / "docs/speed/logo_by_gpu.csv") == ["gpu", *ERROR_COLUMNS]
+    assert header(REPO / "results/resnet50/predicted/accumulation.csv") == [c for c in ACCUMULATION_COLUMNS
+                                                                           if c != "variant"]
+    # A row whose first key is not the first column still lands under its own column; a stray key is refused.
+    _write_csv([{"rows": 3, "gpu": "L4", "median_error_pct": 1, "p90_error_pct": 2, "median_ratio": 1.0}],
+               tmp_path / "t.csv", ("gpu", *ERROR_COLUMNS))
+    assert (tmp_path / "t.csv").read_text() == "gpu,rows,median_error_pct,p90_error_pct,median_ratio\nL4,3,1,2,1.0\n"
+    with pytest.raises(ValueError, match="stray"):
+        _write_csv([{"gpu": "L4", "stray": 1}], tmp_path / "u.csv", ("gpu", *ERROR_COLUMNS))
+    assert not (tmp_path / "u.csv").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +15,11 @@ from bench.grid.spec import load_grid
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VALIDATION_DIR = Path("docs/speed")
+ACCUMULATION_COLUMNS = ("gpu", "model", "image_size", "precision", "checkpointing", "optimizer", "variant",
+                        "effective_batch", "large_split", "accumulated_split", "large_samples_per_s",
+                        "accumulated_samples_per_s", "throughput_lost_pct", "accumulated_bound")
+"""accumulation.csv, the table of `bench.speed.predict.accumulation_loss`; `variant` only where its lines differ in
+an axis beyond the named ones."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -84,7 +90,7 @@ def _predict(args: argparse.Namespace) -> int:
             path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
         table = accumulation_loss(records(read_runs(path, PREDICTED_COLUMNS)))
         written = path.parent / "accumulation.csv"
-        _write_csv(table, written)
+        _write_csv(table, written, [c for c in ACCUMULATION_COLUMNS if c != "variant" or any(c in r for r in table)])
         print(f"  wrote {path} and {written} (throughput lost at the most-accumulated split, per GPU)")
         for line in table:
             print(f"  {line['gpu']:<15} {line['model']} {line['precision']} ckpt-{line['checkpointing']} {line['optimizer']}: "
@@ -125,21 +131,22 @@ def _validate() -> int:
     from bench.report.speed_chart import write_validation_chart
     from bench.speed.fit import validation_json
     from bench.speed.params import PARAMS_FILE, load_model_file, params_json
-    from bench.speed.validate import cross_gpu_ratios, validation_tables
+    from bench.speed.validate import (ERROR_COLUMNS, VALIDATION_COLUMNS, cross_gpu_columns, cross_gpu_ratios,
+                                      validation_tables)
 
     current = load_model_file()
     VALIDATION_DIR.mkdir(parents=True, exist_ok=True)
     tables = validation_tables()
-    _write_csv(tables["rows"], VALIDATION_DIR / "validation.csv")
+    _write_csv(tables["rows"], VALIDATION_DIR / "validation.csv", VALIDATION_COLUMNS)
     for name in ("logo_by_gpu", "logo_by_family", "lofo_by_family", "lofo_by_gpu"):
-        _write_csv(tables[name], VALIDATION_DIR / f"{name}.csv")
+        _write_csv(tables[name], VALIDATION_DIR / f"{name}.csv", (name.rpartition("_")[2], *ERROR_COLUMNS))
     # The cross-GPU bands go into the parameter file first: the ratios below are printed with them.
     validated = replace(current, bands=tables["bands"])
     (DATA / PARAMS_FILE).write_text(params_json(current.version, current.params, current.fitted_on,
                                                 validation_json(validated)))
     load_model_file.cache_clear()
     ratios = cross_gpu_ratios()
-    _write_csv(ratios, VALIDATION_DIR / "cross_gpu.csv")
+    _write_csv(ratios, VALIDATION_DIR / "cross_gpu.csv", cross_gpu_columns())
     chart = write_validation_chart(
         [{**r, "predicted_samples_per_s": r["logo_predicted_samples_per_s"]} for r in tables["rows"]], "gpu",
         f"Leave-one-GPU-out: median error {tables['logo']['median_error_pct']} %, p90 "
@@ -215,10 +222,11 @@ def _measure_host() -> int:
     return 0
 
 
-def _write_csv(rows: list[dict], path: Path) -> None:
+def _write_csv(rows: list[dict], path: Path, columns: Sequence[str]) -> None:
+    """`rows` under the header `columns`; a row with a key not declared there raises (nothing is written)."""
     text = io.StringIO()
     if rows:
-        writer = csv.DictWriter(text, list(rows[0]), lineterminator="\n")
+        writer = csv.DictWriter(text, columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     path.write_text(text.getvalue())

@@ -20,6 +20,12 @@ RATIO_GPUS = ("A100-80GB", "A100-40GB", "H100-80GB", "H200", "B200", "RTX-3090",
               "T4", "V100-16GB")
 RATIO_CELLS = (("resnet50", 256), ("vit_base_patch16_224", 128))
 """Cross-GPU ratios: the study's two models at a micro-batch that fills a large GPU."""
+VALIDATION_COLUMNS = ("source", "gpu", "mode", "precision", "model", "memory_format", "family", "batch_size", "image_size",
+                      "measured_samples_per_s", "logo_predicted_samples_per_s", "logo_error_pct",
+                      "lofo_predicted_samples_per_s", "lofo_error_pct")
+"""validation.csv: one held-out prediction per reference row."""
+ERROR_COLUMNS = ("rows", "median_error_pct", "p90_error_pct", "median_ratio")
+"""The error tables (logo_by_gpu.csv ...), after the column they group by."""
 BAND_QUANTILES = (10, 90)
 """The interval of a prediction: these percentiles of predicted / measured in the cross-GPU validation."""
 
@@ -49,11 +55,10 @@ def validation_tables(data: Dataset | None = None) -> dict:
     gpus, families = data.column("gpu"), data.column("family")
     by_gpu = held_out(data, gpus)
     by_family = held_out(data, families)
-    rows = [{"source": row.source, "gpu": row.gpu, "mode": row.mode, "precision": row.precision, "model": row.model,
-             "memory_format": row.memory_format, "family": row.family, "batch_size": row.batch_size,
-             "image_size": row.image_size, "measured_samples_per_s": row.samples_per_s,
-             "logo_predicted_samples_per_s": round(float(g), 1), "logo_error_pct": round(abs(g / row.samples_per_s - 1) * 100, 1),
-             "lofo_predicted_samples_per_s": round(float(f), 1), "lofo_error_pct": round(abs(f / row.samples_per_s - 1) * 100, 1)}
+    rows = [dict(zip(VALIDATION_COLUMNS, (
+                row.source, row.gpu, row.mode, row.precision, row.model, row.memory_format, row.family, row.batch_size,
+                row.image_size, row.samples_per_s, round(float(g), 1), round(abs(g / row.samples_per_s - 1) * 100, 1),
+                round(float(f), 1), round(abs(f / row.samples_per_s - 1) * 100, 1))))
             for row, g, f in zip(data.rows, by_gpu, by_family)]
     kinds = np.array([band_key(gpu_spec(gpu)) for gpu in gpus])
     bands = {"all": error_band(by_gpu, measured),
@@ -63,6 +68,12 @@ def validation_tables(data: Dataset | None = None) -> dict:
             "lofo_by_family": _by(families, by_family, measured, "family"),
             "lofo_by_gpu": _by(gpus, by_family, measured, "gpu"),
             "logo": _summary(by_gpu, measured), "lofo": _summary(by_family, measured), "bands": bands}
+
+
+def cross_gpu_columns() -> tuple[str, ...]:
+    """cross_gpu.csv: the cell, the A100-80GB's samples/s, then each GPU's ratio to it, then each GPU's MFU."""
+    return ("model", "precision", "micro_batch", f"{RATIO_GPUS[0]}_samples_per_s",
+            *(f"{gpu}_x" for gpu in RATIO_GPUS), *(f"{gpu}_mfu_pct" for gpu in RATIO_GPUS))
 
 
 def cross_gpu_ratios() -> list[dict]:
