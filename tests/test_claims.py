@@ -14,7 +14,8 @@ from conftest import tiny_grid
 
 from bench.claims.evaluate import evaluate, evaluate_all
 from bench.claims.evidence import saved_activations_bytes
-from bench.claims.registry import ARTICLES, CLAIMS, GB, MB
+from bench.claims.registry import ARTICLES, CLAIMS
+from bench.units import GB, MB
 from bench.claims.table import write_claims
 from bench.claims.verdict import Check, in_range, verdict_of, within
 from bench.cli import main

@@ -12,11 +12,8 @@ from bench.claims.claim import (
     ANY,
     AT_GPU_SIZE,
     ESTIMATED,
-    GB,
     GPU_SPEED,
-    MB,
     MEASURED,
-    MIB,
     RATIO,
     ClaimList,
 )
@@ -35,7 +32,7 @@ from bench.claims.verdict import Check, outcome_in_range, range_check, value_che
 from bench.measure.flops import flops_per_sample, forward_flops_per_sample
 from bench.measure.hardware import gpu_spec
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
-from bench.units import GIB
+from bench.units import GB, MB, MIB, gib, mib
 
 claims = ClaimList(article="000")
 
@@ -151,7 +148,7 @@ def detach_fix(rows: Rows) -> list[Check]:
                   f"{pct(drop)} ({attached.peak_memory_bytes / GB:.3f} -> {detached.peak_memory_bytes / GB:.3f} GB)",
                   0.26 <= drop <= 0.46),
             Check("attached, outputs stay in memory across the accumulation steps (> 1 MiB kept)",
-                  f"{kept / MIB:.3f} MiB more after the last backward than after the first", kept > MIB)]
+                  f"{mib(kept, 3)} more after the last backward than after the first", kept > MIB)]
 
 
 @claims.add(
@@ -359,8 +356,8 @@ def crash_on_3090(rows: Rows) -> list[Check]:
         row = rows.one(optimizer="adamw", zero_grad="none", micro_batch=micro)
         peak = float(row.peak_reserved_bytes if not pd.isna(row.peak_reserved_bytes) else row.peak_memory_bytes)
         fit = memory_fit(peak, DEFAULT_HEADROOM, capacity)
-        checks.append(Check(f"{pair(row)} does not fit a 24 GB RTX 3090", f"{pair(row)}: {peak / GIB:.2f} GiB peak, "
-                            f"{fit.required_bytes / GIB:.2f} GiB with headroom, of {capacity:g} GiB",
+        checks.append(Check(f"{pair(row)} does not fit a 24 GB RTX 3090", f"{pair(row)}: {gib(peak)} peak, "
+                            f"{gib(fit.required_bytes)} with headroom, of {capacity:g} GiB",
                             not fit.fits, at=pair(row)))
     return checks
 

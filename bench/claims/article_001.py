@@ -8,8 +8,6 @@ from bench.claims.claim import (
     ANY,
     AT_GPU_SIZE,
     ESTIMATED,
-    GB,
-    MB,
     MEASURED,
     RATIO,
     ClaimList,
@@ -17,6 +15,7 @@ from bench.claims.claim import (
 from bench.claims.evidence import Missing, Rows, saved_activations_bytes
 from bench.claims.readings import pair
 from bench.claims.verdict import Check, value_check
+from bench.units import GB, MB
 
 claims = ClaimList(article="001")
 

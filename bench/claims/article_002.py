@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.claims.claim import ANY, AT_GPU_SIZE, ESTIMATED, GB, GPU_SPEED, MB, ClaimList
+from bench.claims.claim import ANY, AT_GPU_SIZE, ESTIMATED, GPU_SPEED, ClaimList
 from bench.claims.evidence import (
     EQUIVALENCE,
     SOURCE_WORDS,
@@ -24,6 +24,7 @@ from bench.cost.price import IMAGENET_1K_TRAIN_IMAGES
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import gpu_spec
 from bench.measure.utilization import samples_per_s_at, utilization_pct
+from bench.units import GB, MB, gflop, tflop_per_s
 
 MODEL = "resnet50"
 
@@ -253,7 +254,7 @@ def eighty_five_mfu(rows: Rows) -> list[Check]:
     flops = flops_per_sample(MODEL, 224, "off").model
     peak = gpu_spec(ARTICLE_GPU).peak_flops_per_s("fp16")
     mfu = utilization_pct(flops, rate, peak)
-    measured = (f"{rate:,.0f} samples/s × {flops / 1e9:.1f} GFLOP / {peak / 1e12:.0f} TFLOP/s = {mfu:.1f} % MFU "
+    measured = (f"{rate:,.0f} samples/s × {gflop(flops)} / {tflop_per_s(peak, 0)} = {mfu:.1f} % MFU "
                 f"(85 % would be {samples_per_s_at(85, flops, peak):,.0f} samples/s, 90 epochs in "
                 f"{IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / samples_per_s_at(85, flops, peak) / 3600:.1f} h)")
     return [Check("85 % MFU (75 to 95 %)", measured, outcome_in_range(mfu, 75, 95))]

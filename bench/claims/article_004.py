@@ -6,10 +6,11 @@ import json
 
 import pandas as pd
 
-from bench.claims.claim import MEASURED, MIB, RATIO, ClaimList
+from bench.claims.claim import MEASURED, RATIO, ClaimList
 from bench.claims.evidence import Rows, phases, saved_activations_bytes
 from bench.claims.readings import pair
 from bench.claims.verdict import Check
+from bench.units import MIB, mib
 
 claims = ClaimList(article="004")
 
@@ -43,8 +44,8 @@ def leak(rows: Rows) -> list[Check]:
                   f"graph nodes kept: {nodes} (detached, item: {other_nodes})",
                   grows and steps > 1 and max(other_nodes) == 0),
             Check("memory grows (tensor memory, > 1 MiB per step)",
-                  f"{per_step:.0f} bytes/step of tensors; host RSS {rss_per_step['live_tensor'] / MIB:+.2f} "
-                  f"MiB/step (detached: {rss_per_step['detached'] / MIB:+.2f})",
+                  f"{per_step:.0f} bytes/step of tensors; host RSS {mib(rss_per_step['live_tensor'], 2, signed=True)}/step "
+                  f"(detached: {mib(rss_per_step['detached'], 2, signed=True, unit=False)})",
                   per_step > MIB)]
 
 
@@ -94,5 +95,5 @@ def expandable(rows: Rows) -> list[Check]:
         other = rows.one(model=row.model, micro_batch=row.micro_batch, allocator="expandable_segments")
         gaps = [r.peak_reserved_bytes - r.peak_allocated_bytes for r in (row, other)]
         checks.append(Check(f"{row.model} {pair(row)}: less reserved - allocated with expandable segments",
-                            f"{gaps[0] / MIB:.0f} -> {gaps[1] / MIB:.0f} MiB", gaps[1] < gaps[0]))
+                            f"{mib(gaps[0], unit=False)} -> {mib(gaps[1])}", gaps[1] < gaps[0]))
     return checks

@@ -14,10 +14,6 @@ from typing import Callable
 from bench.claims.evidence import Rows, Source
 from bench.claims.verdict import Check
 
-GB = 1e9  # the articles' gigabytes are decimal: "304M params x 4 bytes = 1.2GB"
-MB = 1e6
-MIB = 2**20
-
 ANY: tuple[Source, ...] = ("cuda", "cpu", "estimate")
 MEASURED: tuple[Source, ...] = ("cuda", "cpu")
 GPU_SPEED: tuple[Source, ...] = ("cuda",)

@@ -6,7 +6,7 @@ The claims themselves live beside their checks, one module per article (`article
 from __future__ import annotations
 
 from bench.claims import article_000, article_001, article_002, article_004
-from bench.claims.claim import GB, MB, MIB, Claim
+from bench.claims.claim import Claim
 
 ARTICLES = {
     "000": "“Gradient Accumulation OOM: Hidden Memory Spike Explained”",
@@ -20,4 +20,4 @@ ARTICLES = {
 CLAIMS: tuple[Claim, ...] = tuple(
     claim for module in (article_002, article_000, article_004, article_001) for claim in module.claims.claims)
 
-__all__ = ["ARTICLES", "CLAIMS", "GB", "MB", "MIB", "Claim"]
+__all__ = ["ARTICLES", "CLAIMS", "Claim"]

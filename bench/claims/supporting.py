@@ -13,6 +13,7 @@ from pathlib import Path
 from bench.claims.evidence import Missing, Rows, load_sources
 from bench.claims.readings import pair, slower_by, time_change
 from bench.measure.flops import flops_per_sample
+from bench.units import GFLOP, gflop
 
 
 def recompute_ratio(model: str, image_size: int, checkpointing: str) -> str:
@@ -20,14 +21,14 @@ def recompute_ratio(model: str, image_size: int, checkpointing: str) -> str:
     flops = flops_per_sample(model, image_size, checkpointing)
     ratio = flops.hardware / flops.model
     return (f"FLOP counter ({model}, {image_size} px): checkpointing `{checkpointing}` runs {ratio:.2f}× the FLOPs "
-            f"of the plain step ({flops.hardware / 1e9:.1f} against {flops.model / 1e9:.1f} GFLOP per sample); "
+            f"of the plain step ({flops.hardware / GFLOP:.1f} against {gflop(flops.model)} per sample); "
             f"if time followed FLOPs, {time_change(ratio - 1)}")
 
 
 def same_flops(model: str, image_size: int, what: str) -> str:
     """FLOPs per sample do not depend on the split: any speed difference is efficiency, not work."""
-    gflop = flops_per_sample(model, image_size, "off").model / 1e9
-    return (f"FLOP counter ({model}, {image_size} px): {gflop:.1f} GFLOP per sample for {what} alike, so a speed "
+    flops = flops_per_sample(model, image_size, "off").model
+    return (f"FLOP counter ({model}, {image_size} px): {gflop(flops)} per sample for {what} alike, so a speed "
             "difference comes from kernel efficiency and per-kernel and host overhead, which only a GPU shows")
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
+from bench.units import percent
+
 Verdict = Literal["holds", "exceeds the claim", "partly", "does not hold", "not testable here"]
 VERDICTS: tuple[Verdict, ...] = ("holds", "exceeds the claim", "partly", "does not hold", "not testable here")
 Outcome = Literal["passes", "exceeds", "fails"]
@@ -112,7 +114,7 @@ def value_check(claimed_text: str, measured: float, claimed: float, rel_tol: flo
     """`measured` against `claimed` (both in base units; shown divided by `scale` with `unit`, after `label`)."""
     shown = _shown(measured / scale, digits, unit, label)
     outcome = outcome_in_range(measured, claimed * (1 - rel_tol), claimed * (1 + rel_tol), 0.0, favourable)
-    return Check(f"{claimed_text} (within {rel_tol:.0%})", shown, outcome, at)
+    return Check(f"{claimed_text} (within {percent(rel_tol)})", shown, outcome, at)
 
 
 def range_check(claimed_text: str, measured: float, low: float, high: float, slack: float, unit: str,
@@ -120,7 +122,7 @@ def range_check(claimed_text: str, measured: float, low: float, high: float, sla
                 at: str = "") -> Check:
     """`measured` inside [low, high], widened by `slack` on both sides; beyond it on the `favourable` side exceeds."""
     shown = _shown(measured / scale, digits, unit, label)
-    widened = f" (±{slack:.0%})" if slack else ""
+    widened = f" (±{percent(slack)})" if slack else ""
     return Check(f"{claimed_text}{widened}", shown, outcome_in_range(measured, low, high, slack, favourable), at)
 
 

@@ -25,6 +25,7 @@ from bench.cost.catalog import (
 )
 from bench.commands.formats import add_format_option, emit, jsonable
 from bench.errors import OptionError
+from bench.units import percent
 
 SOURCE_CHARS = 60
 """Characters of each source printed unless --full."""
@@ -241,7 +242,7 @@ def _changes(merged: Merge, factor: float = CHANGE_FLAG) -> list[str]:
         if max(now.usd_per_hour, old.usd_per_hour) > factor * min(now.usd_per_hour, old.usd_per_hour):
             lines.append(f"{old.provider} {old.instance} {old.region}: on-demand {now.usd_per_hour} (observed "
                          f"{now.observed}) supersedes {old.usd_per_hour} (observed {old.observed}): "
-                         f"{now.usd_per_hour / old.usd_per_hour - 1:+.0%}; is the file as recent as --observed says?")
+                         f"{percent(now.usd_per_hour / old.usd_per_hour - 1, signed=True)}; is the file as recent as --observed says?")
     return lines
 
 

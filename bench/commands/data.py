@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench.commands.common import positive_int
 from bench.commands.formats import add_format_option
+from bench.units import mb
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -44,7 +45,7 @@ def make_set(args: argparse.Namespace) -> int:
     announce_generation(spec, args.cache_dir)
     root = ensure_generated_set(spec, args.cache_dir, processes=usable_cpus())
     stats = set_statistics(root)
-    print(f"{root}: {stats['images']:,} images, {stats['total_bytes'] / 1e6:,.1f} MB, seed {spec.seed}")
+    print(f"{root}: {stats['images']:,} images, {mb(stats['total_bytes'])}, seed {spec.seed}")
     imagenet = {"width_px": IMAGENET_TRAIN.mean_width_px, "height_px": IMAGENET_TRAIN.mean_height_px,
                 "file_bytes": IMAGENET_TRAIN.mean_file_bytes}
     print(f"  {'':<10} {'mean':>10} {'median':>10} {'p10':>10} {'p90':>10}   ImageNet mean")

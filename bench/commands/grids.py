@@ -12,6 +12,7 @@ from bench.commands.common import add_device_option, non_negative, positive, pos
 from bench.commands.formats import add_format_option, emit, grid_document
 from bench.grid.spec import MAX_CELLS, Grid, load_grid
 from bench.measure.device import detect_device
+from bench.units import mb
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -169,7 +170,7 @@ def data_for(grids: list[Grid], data_dir: Path | None):
         announce_generation()
     data = open_data(data_dir, processes=usable_cpus())
     print(f"data: {data.columns['data_set']} ({data.columns['data_source']}): {len(data):,} images, "
-          f"{data.columns['data_bytes'] / 1e6:,.1f} MB, {data.classes} classes")
+          f"{mb(data.columns['data_bytes'])}, {data.classes} classes")
     return data
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from bench.commands.common import add_device_option
 from bench.commands.formats import add_format_option
 from bench.measure.device import detect_device
+from bench.units import tflop_per_s
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -32,6 +33,6 @@ def show_peaks(args: argparse.Namespace) -> int:
         print(f"measured and stored: {peaks_file(device, args.results)}")
     for precision in precisions:
         peak = device_peak(device, precision, args.results)
-        value = "none known (no MFU)" if peak.flops_per_s is None else f"{peak.flops_per_s / 1e12:.4g} TFLOP/s"
+        value = "none known (no MFU)" if peak.flops_per_s is None else tflop_per_s(peak.flops_per_s, significant=4)
         print(f"{device.name} {precision}: {value} — {peak.source}")
     return 0

@@ -29,7 +29,7 @@ from bench.errors import ResultsFileError
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs, records
 from bench.results.schema import COLUMNS as RUNS_COLUMNS
-from bench.units import GIB
+from bench.units import GIB, gib, percent
 
 # The header of cost.csv comes from this list. Units are in the names.
 COLUMNS: dict[str, str] = {
@@ -176,7 +176,7 @@ def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], cat
         f"assumptions: multi-GPU instances run data parallel at the scaling efficiency measured for the "
         f"configuration (a DDP row, world_size > 1) where there is one, else as predicted from the instance's "
         f"interconnect where the row has its gradient bytes, else {assumptions.scaling_efficiency:g}; "
-        f"memory fit = peak + {assumptions.headroom:.0%} headroom against the GPU's nominal memory "
+        f"memory fit = peak + {percent(assumptions.headroom)} headroom against the GPU's nominal memory "
         f"(GiB = 2**30 bytes)",
         f"prices: {catalog_name}; oldest price used: {oldest_price or 'none (nothing priced)'}",
         *filter(None, [stale_note(used, date.today())]),
@@ -209,7 +209,8 @@ def markdown(table: CostTable, title: str, catalog_name: str, loader_costs: list
                "samples_per_s_per_gpu": f"{ln.samples_per_s_per_gpu:,.1f}",
                "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_hour": f"{ln.instance.usd_per_hour:g}",
                "usd_per_run": f"{ln.cost.usd_per_run:,.2f}", "spot_usd_per_run": _money(ln.cost.spot_usd_per_run),
-               "required/gpu memory GiB": f"{ln.memory.required_bytes / GIB:.2f} / {ln.memory.capacity_bytes / GIB:g}",
+               "required/gpu memory GiB": f"{gib(ln.memory.required_bytes, 2, unit=False)} / "
+                                          f"{gib(ln.memory.capacity_bytes, None, unit=False)}",
                "price observed": ln.instance.observed, "feeding": _feeding_text(ln, loader_costs), "how": ln.note}
               for ln in sorted(table.priced, key=lambda ln: (ln.row.strategy, ln.cost.usd_per_run))]
     out += ["", "## Every priced line", "", _table(priced, _PRICED_COLUMNS)]

@@ -30,6 +30,7 @@ from bench.cost.price import (
 from bench.errors import BadInput
 from bench.frames import Tabular
 from bench.results.keys import varying
+from bench.units import gib
 
 
 class PlanError(BadInput):
@@ -129,7 +130,7 @@ class Option:
                 (h_low, h_high), (u_low, u_high) = self.hours_range, self.usd_range
                 text += f"; {h_low:,.2f}-{h_high:,.2f} h, ${u_low:,.2f}-{u_high:,.2f} (p10-p90 of that error)"
             memory = self.line.memory
-            text += f"; memory {memory.required_bytes / 2**30:.1f} of {memory.capacity_bytes / 2**30:g} GiB"
+            text += f"; memory {gib(memory.required_bytes, 1, unit=False)} of {gib(memory.capacity_bytes, None)}"
             how = "predicted"
         if self.accum_steps_per_gpu != row.accum_steps:
             text += f"; {how} at {row.micro_batch}x{row.accum_steps}, speed and memory assumed the same"

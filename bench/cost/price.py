@@ -33,7 +33,7 @@ from bench.measure.utilization import samples_per_s_at
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
 from bench.results.keys import Key, configuration_key, key_columns
 from bench.speed.ddp import predicted_efficiency
-from bench.units import GIB
+from bench.units import gib, percent, tflop_per_s
 
 if TYPE_CHECKING:  # the throughput model imports torch; pricing does not
     from bench.speed.predict import PlanPrediction
@@ -354,7 +354,7 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
     if row.mfu_pct is None or not row.model_flops_per_sample:
         return "no_mfu", f"row has no MFU ({row.device_name} has no known peak): no projection"
     samples_per_s = samples_per_s_at(row.mfu_pct, row.model_flops_per_sample, peak)
-    target = f"{gpu.gpu}'s {row.precision} datasheet peak {peak / 1e12:g} TFLOP/s"
+    target = f"{gpu.gpu}'s {row.precision} datasheet peak {tflop_per_s(peak)}"
     if row.on_cpu and row.precision == "fp16":
         return "no_mfu", (f"fp16 on a CPU ({row.device_name}) runs without fp16 arithmetic units (emulated, often "
                           "30x slower than fp32): its MFU says nothing about a GPU's fp16 tensor cores; no projection")
@@ -425,9 +425,9 @@ def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumpt
                  f"(data parallel, global batch {row.effective_batch * instance.gpu_count})")
     if not fit.fits:
         return CostLine(**common, status="does_not_fit", basis=speed.basis, samples_per_s_per_gpu=speed.samples_per_s,
-                        note=f"does not fit: needs {fit.required_bytes / GIB:.1f} GiB ({memory_basis} "
-                             f"+ {assumptions.headroom:.0%} headroom), {instance.gpu} has "
-                             f"{fit.capacity_bytes / GIB:g} GiB", cost=None)
+                        note=f"does not fit: needs {gib(fit.required_bytes, 1)} ({memory_basis} "
+                             f"+ {percent(assumptions.headroom)} headroom), {instance.gpu} has "
+                             f"{gib(fit.capacity_bytes, None)}", cost=None)
     cost = run_cost(samples_per_run=workload.samples_per_run, samples_per_s_per_gpu=speed.samples_per_s,
                     gpu_count=instance.gpu_count, scaling_efficiency=scaling.efficiency if scaling else 1.0,
                     usd_per_hour=instance.usd_per_hour, spot_usd_per_hour=instance.spot_usd_per_hour)

@@ -38,7 +38,7 @@ from bench.results.schema import (
     memory_columns,
 )
 from bench.results.store import RunsFile, results_folder
-from bench.units import GIB
+from bench.units import gib
 
 ESTIMATE_FOLDER = "estimate"
 ESTIMATE_COLUMNS: dict[str, Column] = {
@@ -171,6 +171,6 @@ def describe_estimate(row: dict) -> str:
     if row["status"] != "estimated":
         return f"{row['status']:<9} {row['cell_id']}  {row['error_type']}: {row['error_message']}"
     if row["peak_reserved_bytes"] is None:
-        return f"estimated {row['cell_id']}  tracked peak {row['peak_memory_bytes'] / GIB:.3f} GiB"
-    return (f"estimated {row['cell_id']}  allocated {row['peak_allocated_bytes'] / GIB:.2f} GiB, reserved "
-            f">= {row['peak_reserved_bytes'] / GIB:.2f} GiB; fits: {row['fits_gpus'] or 'none'}")
+        return f"estimated {row['cell_id']}  tracked peak {gib(row['peak_memory_bytes'], 3)}"
+    return (f"estimated {row['cell_id']}  allocated {gib(row['peak_allocated_bytes'])}, reserved "
+            f">= {gib(row['peak_reserved_bytes'])}; fits: {row['fits_gpus'] or 'none'}")

@@ -27,7 +27,7 @@ from bench.memory.estimate import FakeModels, Target, estimate_cell
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated
 from bench.train.models import has_batch_norm
-from bench.units import GIB, MIB
+from bench.units import MIB, gib, percent
 
 MAX_MICRO_BATCH = 65536
 """The search stops here even if everything fits."""
@@ -402,8 +402,8 @@ def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float
 
 def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> str:
     """What the probe found, in a few lines of at most ~110 characters."""
-    room = f", {budget.headroom:.0%} headroom kept free" if budget.headroom else ""
-    lines = [f"{config.describe()}; budget {budget.nbytes / GIB:.2f} GiB: {budget.source}{room}"]
+    room = f", {percent(budget.headroom)} headroom kept free" if budget.headroom else ""
+    lines = [f"{config.describe()}; budget {gib(budget.nbytes)}: {budget.source}{room}"]
     if config.smallest_micro_batch > 1:
         lines.append(f"starts at micro-batch {config.smallest_micro_batch}: {config.base.model} has BatchNorm, "
                      "which cannot train on one sample")
@@ -430,5 +430,5 @@ def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> 
 def _gib(peak_bytes: float, headroom: float) -> str:
     """`36.36 GiB` or, with headroom, `36.36 GiB + 10% = 40.00 GiB`."""
     if not headroom:
-        return f"{peak_bytes / GIB:.2f} GiB"
-    return f"{peak_bytes / GIB:.2f} GiB + {headroom:.0%} = {peak_bytes * (1 + headroom) / GIB:.2f} GiB"
+        return gib(peak_bytes)
+    return f"{gib(peak_bytes)} + {percent(headroom)} = {gib(peak_bytes * (1 + headroom))}"

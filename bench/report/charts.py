@@ -25,7 +25,7 @@ from bench.report.rows import (  # noqa: E402
     pair_label,
     reference_optimizer,
 )
-from bench.units import GIB, MIB  # noqa: E402
+from bench.units import byte_unit  # noqa: E402
 
 PRECISION_COLORS = {"fp32": "#1f77b4", "bf16": "#ff7f0e", "fp16": "#2ca02c"}
 CHECKPOINT_STYLES = {"off": "-", "full": "--"}
@@ -49,8 +49,7 @@ def memory_unit(values: pd.Series) -> tuple[float, str]:
     >>> memory_unit(pd.Series([3 * 2**20])), memory_unit(pd.Series([2**31]))
     ((1048576, 'MiB'), (1073741824, 'GiB'))
     """
-    largest = pd.to_numeric(values, errors="coerce").max()
-    return (GIB, "GiB") if pd.notna(largest) and largest >= GIB else (MIB, "MiB")
+    return byte_unit(pd.to_numeric(values, errors="coerce").max())
 
 
 def models(rows: pd.DataFrame) -> list[str]:

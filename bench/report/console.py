@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from bench.grid.cell import Cell
-from bench.units import GIB
+from bench.units import gib
 
 # Piped output (make, CI logs) gets wide lines instead of rich's 80-column default.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -87,7 +87,7 @@ def _short(cell_id: str) -> str:
 
 
 def _gib(value: object) -> str:
-    return "" if value in (None, "") else f"{float(value) / GIB:.3f}"
+    return "" if value in (None, "") else gib(float(value), 3, unit=False)
 
 
 def _number(value: object, digits: int) -> str:

@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from bench.report.rows import ReportContext, pair_label  # noqa: E402
-from bench.units import GIB  # noqa: E402
+from bench.units import GIB, MIB, mb  # noqa: E402
 
 INPUT_CHART = "input_pipeline.png"
 INPUT_ORDER = ("synthetic", "loader", "loader_gpu_decode")
@@ -113,7 +113,6 @@ def input_table(rows: pd.DataFrame) -> pd.DataFrame:
     loader alone, CPU cost per sample and host memory."""
     loader = rows[rows.input != "synthetic"]
     lost = 100 * (loader.synthetic_samples_per_s - loader.samples_per_s) / loader.synthetic_samples_per_s
-    mib = 2**20
     return pd.DataFrame({
         "model": loader.model,
         "micro×K": [pair_label(m, k) for m, k in zip(loader.micro_batch, loader.accum_steps)],
@@ -131,7 +130,7 @@ def input_table(rows: pd.DataFrame) -> pd.DataFrame:
         "CPU ms/sample": loader.loader_cpu_ms_per_sample.round(2),
         "RSS main / workers (GiB)": [_pair(a / GIB, b / GIB, 2) if pd.notna(a) else ""
                                      for a, b in zip(loader.host_rss_main_bytes, loader.host_rss_workers_bytes)],
-        "pinned (MiB)": (loader.pinned_peak_bytes / mib).round(1),
+        "pinned (MiB)": (loader.pinned_peak_bytes / MIB).round(1),
     })
 
 
@@ -144,7 +143,7 @@ def input_section(rows: pd.DataFrame) -> list[str]:
     from bench.results.markdown import markdown_table
 
     loader = rows[(rows.input != "synthetic") & (rows.status == "ok")]
-    data = "; ".join(sorted({f"{s} ({int(n):,} images, {b / 1e6:,.1f} MB, seed {'' if pd.isna(seed) else int(seed)})"
+    data = "; ".join(sorted({f"{s} ({int(n):,} images, {mb(b)}, seed {'' if pd.isna(seed) else int(seed)})"
                              for s, n, b, seed in zip(loader.data_set, loader.data_images, loader.data_bytes,
                                                       loader.data_seed)})) or "none (no loader cell finished)"
     hosts = ", ".join(sorted({f"{cpu} ({int(n)} cores)" for cpu, n in zip(loader.host_cpu_model, loader.host_cpus)}))

@@ -15,7 +15,7 @@ from bench.report.rows import (
     variant_labels,
 )
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
-from bench.units import GIB, MIB
+from bench.units import GIB, byte_unit
 
 
 def cell_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -104,8 +104,7 @@ def _true(flag: object) -> bool:
 
 
 def _memory_unit(values: pd.Series) -> tuple[float, str]:
-    largest = pd.to_numeric(values, errors="coerce").max()
-    return (GIB, "GiB") if pd.notna(largest) and largest >= GIB else (MIB, "MiB")
+    return byte_unit(pd.to_numeric(values, errors="coerce").max())
 
 
 def accumulation_cost(rows: pd.DataFrame) -> pd.DataFrame:

@@ -31,9 +31,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
+from bench.units import MIB, mib, percent
+
 INTERCONNECT_FILE = "interconnects.csv"
 LinkKind = Literal["nvlink", "pcie"]
-BUCKET_BYTES = 25 * 2**20
+BUCKET_BYTES = 25 * MIB
 """DDP's default bucket (`bucket_cap_mb=25`, torch.nn.parallel.DistributedDataParallel's documented
 default). Its first bucket is 1 MiB; taken as a full one here (a few microseconds either way)."""
 ACHIEVABLE_FRACTION: dict[str, float] = {"nvlink": 0.8, "pcie": 0.8}
@@ -150,7 +152,7 @@ def predicted_efficiency(*, step_s: float, micro_step_s: float, grads_bytes: flo
     if link is None:
         return None
     step = ddp_step(step_s=step_s, micro_step_s=micro_step_s, grads_bytes=grads_bytes, gpus=gpus, link=link)
-    return step.efficiency, (f"predicted from the interconnect: ring all-reduce of {grads_bytes / 2**20:.0f} MiB of "
-                             f"fp32 gradients over {link.describe()} ({ACHIEVABLE_FRACTION[link.kind]:.0%} "
+    return step.efficiency, (f"predicted from the interconnect: ring all-reduce of {mib(grads_bytes)} of "
+                             f"fp32 gradients over {link.describe()} ({percent(ACHIEVABLE_FRACTION[link.kind])} "
                              f"achievable), {step.exposed_s * 1e3:.1f} of its {step.allreduce_s * 1e3:.1f} ms left "
                              f"after the backward pass; the all-reduce only: no input pipeline or stragglers")
