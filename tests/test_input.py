@@ -531,7 +531,7 @@ def test_cost_lines_carry_the_feeding_columns_and_loader_rows_are_not_priced():
     assert [refusal.row.cell_id for refusal in table.refused] == ["l"]
     cost = LoaderCost(10.0, 10.0, 10.0, 1, 224, "Test CPU", (4,), "set")  # 400 samples/s x 10 ms = 4 cores
     (line,) = table.priced
-    values = record(line, 1.0, [cost])
+    values = record(line, 1.0, [cost], strategy=table.strategy(line.row))
     assert (values["cores_to_feed_per_gpu"], values["vcpus_needed"], values["instance_vcpus"],
             values["vcpus_feed_gpus"]) == (4.0, 5, 4, False)
     assert "CANNOT FEED" in markdown(table, "t", "c", [cost])

@@ -13,7 +13,8 @@ import pytest
 
 from bench.cost.catalog import load_catalog
 from bench.cost.plan import PlanRequest, make_plan
-from bench.cost.price import Assumptions, MeasuredRow
+from bench.cost.outputs import markdown
+from bench.cost.price import STRATEGY, Assumptions, MeasuredRow, Workload, price_rows
 from bench.grid.cell import Cell, axes, choices
 from bench.report.tables import accumulation_cost, cell_table
 from bench.results.keys import SPLIT, configuration_key, key_columns, variant
@@ -102,6 +103,35 @@ def test_plan_names_a_channels_last_variant_only_where_options_differ_in_it():
     assert [option.configuration for option in alone.options] == ["16x2 per GPU bf16 ckpt-off adamw"]
     assert [option.configuration for option in plan.options] == [
         "16x2 per GPU bf16 ckpt-off adamw channels_last=True", "16x2 per GPU bf16 ckpt-off adamw channels_last=False"]
+
+
+# --- bench cost ------------------------------------------------------------------------------------
+
+# Priced rows are single-process synthetic-input rows: a twin apart in one of these is refused, not priced.
+COST_REFUSALS = {"world_size", "input"}
+
+
+@pytest.mark.parametrize("name", AXES)
+def test_cost_labels_two_rows_apart_in_one_axis_apart_and_name_the_axis(name):
+    plain, twin = _pair(name)
+    g6 = tuple(i for i in load_catalog().select() if i.instance == "g6.xlarge")
+    table = price_rows([_measured(plain, 100.0), _measured(twin, 90.0)], g6, Workload(), Assumptions())
+    if name in COST_REFUSALS:
+        assert len(table.refused) == 1 and table.variant_axes == ()
+        return
+    labels = {table.strategy(line.row) for line in table.lines}
+    assert len(labels) == 2, labels
+    assert all((f" {name}=" in label) == (name not in STRATEGY) for label in labels), labels  # the label's own, or named
+    written = markdown(table, "t", "catalog")
+    assert all(f"| {label} |" in written for label in labels)
+    assert {row["strategy"] for row in table.frame_rows()} == labels  # cost.csv's rows
+
+
+def test_cost_labels_name_no_variant_where_rows_differ_only_in_the_strategy():
+    g6 = tuple(i for i in load_catalog().select() if i.instance == "g6.xlarge")
+    table = price_rows([_measured({}, 100.0), _measured({"precision": "fp32"}, 50.0)], g6, Workload(), Assumptions())
+    assert sorted(table.strategy(line.row) for line in table.lines) == ["16x1 bf16 ckpt-off adamw",
+                                                                        "16x1 fp32 ckpt-off adamw"]
 
 
 # --- the throughput model's accumulation table, the report's accumulation table ---------------------

@@ -198,7 +198,8 @@ def cost_document(folder, table, catalog: str, loader_costs, written) -> dict[st
             "assumptions": _assumptions(table.workload, table.assumptions),
             "oldest_price_observed": table.oldest_price_observed,
             "stale_prices": stale_note([line.instance for line in table.priced], day.today()),
-            "lines": [record(line, table.workload.samples_per_run, loader_costs) for line in table.lines],
+            "lines": [record(line, table.workload.samples_per_run, loader_costs, strategy=table.strategy(line.row))
+                      for line in table.lines],
             "refused": [{"cell_id": r.row.cell_id, "reason": r.reason} for r in table.refused],
             "written": written}
 
@@ -223,7 +224,8 @@ def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
                          "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
                          "instance": option.line.instance.label, "configuration": option.configuration,
                          "accum_steps_per_gpu": option.accum_steps_per_gpu, "evidence": option.evidence,
-                         "line": record(option.line, request.workload.samples_per_run, loader_costs)}
+                         "line": record(option.line, request.workload.samples_per_run, loader_costs,
+                                        strategy=" ".join(filter(None, (option.line.row.strategy, option.variant))))}
                         for rank, option in enumerate(plan.options[:top], start=1)],
             "reason": plan.reason}
 

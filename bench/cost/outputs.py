@@ -34,7 +34,8 @@ from bench.units import GIB, gib, percent
 # The header of cost.csv comes from this list. Units are in the names.
 COLUMNS: dict[str, str] = {
     "experiment": "", "cell_id": "the measured row", "model": "", "image_size": "pixels, as measured",
-    "strategy": "micro_batch x accum_steps, precision, checkpointing, optimizer",
+    "strategy": "micro_batch x accum_steps, precision, checkpointing, optimizer; then axis=value for any other axis "
+                "the priced rows differ in (channels_last=True ...)",
     "micro_batch": "", "accum_steps": "", "effective_batch": "per GPU, as measured",
     "precision": "", "checkpointing": "", "optimizer": "",
     "profile": "cuda or cpu (a CPU-profile row was measured at reduced size on a CPU)",
@@ -96,14 +97,15 @@ def _runs_schema(runs: Path) -> dict:
     return PREDICTED_COLUMNS
 
 
-def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost] | None = None) -> dict[str, object]:
-    """One cost.csv row."""
+def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost] | None = None, *,
+           strategy: str) -> dict[str, object]:
+    """One cost.csv row; `strategy` is the row's label in its table (`CostTable.strategy`)."""
     row, instance, cost = line.row, line.instance, line.cost
     peak_bytes, _ = row.memory_peak()
     fed = line_feeding(line, loader_costs or [])
     return {
         "experiment": row.experiment, "cell_id": row.cell_id, "model": row.model, "image_size": row.image_size,
-        "strategy": row.strategy, "micro_batch": row.micro_batch, "accum_steps": row.accum_steps,
+        "strategy": strategy, "micro_batch": row.micro_batch, "accum_steps": row.accum_steps,
         "effective_batch": row.effective_batch, "precision": row.precision, "checkpointing": row.checkpointing,
         "optimizer": row.optimizer, "profile": row.profile, "measured_device": row.device_name,
         "provider": instance.provider, "instance": instance.instance, "region": instance.region,
@@ -138,7 +140,7 @@ def write_outputs(table: CostTable, folder: Path, title: str, catalog_name: str,
         writer = csv.DictWriter(handle, fieldnames=list(COLUMNS), lineterminator="\n")
         writer.writeheader()
         for line in table.lines:
-            values = record(line, table.workload.samples_per_run, loader_costs)
+            values = record(line, table.workload.samples_per_run, loader_costs, strategy=table.strategy(line.row))
             writer.writerow({k: "" if v is None else _csv(v) for k, v in values.items()})
     paths[1].write_text(markdown(table, title, catalog_name, loader_costs, loader_source))
     if table.priced:
@@ -201,20 +203,20 @@ def markdown(table: CostTable, title: str, catalog_name: str, loader_costs: list
              loader_source: str = "these rows") -> str:
     out = [f"# Dollars per run: {title}", ""] + [f"- {text}" for text in header_lines(table, catalog_name,
                                                                                         loader_costs, loader_source)]
-    cheapest = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "basis": ln.basis,
+    cheapest = [{"strategy": table.strategy(ln.row), "instance": ln.instance.label, "basis": ln.basis,
                  "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_run": f"{ln.cost.usd_per_run:,.2f}",
                  "spot_usd_per_run": _money(ln.cost.spot_usd_per_run)} for ln in cheapest_per_strategy(table)]
     out += ["", "## Cheapest instance per strategy (on-demand)", "", _table(cheapest, _CHEAPEST_COLUMNS)]
-    priced = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "basis": ln.basis,
+    priced = [{"strategy": table.strategy(ln.row), "instance": ln.instance.label, "basis": ln.basis,
                "samples_per_s_per_gpu": f"{ln.samples_per_s_per_gpu:,.1f}",
                "hours_per_run": f"{ln.cost.hours_per_run:,.2f}", "usd_per_hour": f"{ln.instance.usd_per_hour:g}",
                "usd_per_run": f"{ln.cost.usd_per_run:,.2f}", "spot_usd_per_run": _money(ln.cost.spot_usd_per_run),
                "required/gpu memory GiB": f"{gib(ln.memory.required_bytes, 2, unit=False)} / "
                                           f"{gib(ln.memory.capacity_bytes, None, unit=False)}",
                "price observed": ln.instance.observed, "feeding": _feeding_text(ln, loader_costs), "how": ln.note}
-              for ln in sorted(table.priced, key=lambda ln: (ln.row.strategy, ln.cost.usd_per_run))]
+              for ln in sorted(table.priced, key=lambda ln: (table.strategy(ln.row), ln.cost.usd_per_run))]
     out += ["", "## Every priced line", "", _table(priced, _PRICED_COLUMNS)]
-    unpriced = [{"strategy": ln.row.strategy, "instance": ln.instance.label, "status": ln.status, "why": ln.note}
+    unpriced = [{"strategy": table.strategy(ln.row), "instance": ln.instance.label, "status": ln.status, "why": ln.note}
                 for ln in table.lines if ln.status != "priced"]
     if unpriced:
         out += ["", "## Not priced", "", _table(unpriced, ("strategy", "instance", "status", "why"))]
@@ -250,7 +252,7 @@ def summary(table: CostTable, catalog_name: str, loader_costs: list[LoaderCost] 
     for ln in cheapest_per_strategy(table):
         cost = ln.cost
         fed = line_feeding(ln, loader_costs or [])
-        out.append(f"    {ln.row.strategy:<32} {ln.instance.label:<44} {cost.hours_per_run:>9,.2f} h  "
+        out.append(f"    {table.strategy(ln.row):<32} {ln.instance.label:<44} {cost.hours_per_run:>9,.2f} h  "
                    f"${cost.usd_per_run:>10,.2f}  [{ln.basis}] {ln.note}"
                    + (f"; feeding: {fed[0].describe()}" if fed else ""))
     statuses = [ln.status for ln in table.lines if ln.status != "priced"]
@@ -360,7 +362,7 @@ def chart(table: CostTable, path: Path, title: str, max_strategies: int = 6) -> 
     axes.legend(handles=[Patch(facecolor=colours[i], edgecolor="black", linewidth=0.3, label=instance.label)
                          for i, instance in enumerate(instances)],
                 fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    axes.set_xticks(range(len(strategies)), [row.strategy for row in strategies], rotation=20, ha="right", fontsize=8)
+    axes.set_xticks(range(len(strategies)), [table.strategy(row) for row in strategies], rotation=20, ha="right", fontsize=8)
     axes.set_yscale("log")
     axes.set_ylabel("USD per run, on-demand (log scale)")
     note = f"{table.workload.describe()}; hatched bars are projections, solid are measured on that GPU"

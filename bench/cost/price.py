@@ -24,6 +24,7 @@ headroom against the GPU's nominal memory; what does not fit is marked and not p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
 from bench.cost.catalog import Instance
@@ -31,7 +32,7 @@ from bench.frames import Tabular
 from bench.measure.hardware import GpuSpec, find_gpu
 from bench.measure.utilization import samples_per_s_at
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
-from bench.results.keys import Key, configuration_key, key_columns
+from bench.results.keys import Key, configuration_key, key_columns, varying
 from bench.speed.ddp import predicted_efficiency
 from bench.units import gib, percent, tflop_per_s
 
@@ -42,6 +43,8 @@ IMAGENET_1K_TRAIN_IMAGES = 1_281_167
 SECONDS_PER_HOUR = 3600
 LABELLED = ("model", "image_size", "precision", "checkpointing", "optimizer", "micro_batch", "accum_steps")
 """The configuration columns a strategy label (and a plan option's) names; the others are its variant."""
+STRATEGY = ("micro_batch", "accum_steps", "precision", "checkpointing", "optimizer")
+"""The configuration columns `MeasuredRow.strategy` names; a cost table's label adds any other its rows differ in."""
 
 Basis = Literal["measured", "projected_from_gpu", "projected_from_cpu_profile", "predicted"]
 Status = Literal["priced", "does_not_fit", "no_peak", "no_mfu"]
@@ -461,11 +464,22 @@ class CostTable(Tabular):
         """The oldest `observed` date among the prices actually used; None if nothing was priced."""
         return min((line.instance.observed for line in self.priced), default=None)
 
+    @cached_property
+    def variant_axes(self) -> tuple[str, ...]:
+        """The configuration columns beyond `STRATEGY` that the table's rows differ in (model, channels_last ...)."""
+        return tuple(name for name in varying(line.row.key() for line in self.lines) if name not in STRATEGY)
+
+    def strategy(self, row: MeasuredRow) -> str:
+        """`row`'s label in this table: `128x1 bf16 ckpt-off adamw`, then the value of each of `variant_axes`
+        (`... channels_last=False`), so two rows apart in any axis never share a label."""
+        key = dict(row.key())
+        return " ".join([row.strategy, *(f"{name}={key[name]}" for name in self.variant_axes)])
+
     def frame_rows(self) -> list[dict]:
         """Every line as cost.csv writes it (`to_frame()`, and the table a notebook shows)."""
         from bench.cost.outputs import record  # outputs builds on this module
 
-        return [record(line, self.workload.samples_per_run) for line in self.lines]
+        return [record(line, self.workload.samples_per_run, strategy=self.strategy(line.row)) for line in self.lines]
 
 
 DATA_PARALLEL_REFUSAL = ("data-parallel row (world_size > 1): its measured scaling efficiency prices the "
