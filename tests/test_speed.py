@@ -112,7 +112,7 @@ def test_a_gpu_without_a_datasheet_peak_is_refused_not_guessed():
 
 @pytest.mark.slow  # a full fit on 536 rows: about a minute on two shared cores
 def test_the_fit_reproduces_the_committed_parameters_byte_for_byte():
-    from bench.speed.fit import fitted_params_json
+    from bench.speed.calibrate import fitted_params_json
 
     text, _ = fitted_params_json()
     assert text == resources.files("bench.data").joinpath("speed_params.json").read_text()

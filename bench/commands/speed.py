@@ -116,7 +116,7 @@ def _only(grid, conditions: list[str]):
 
 
 def _fit() -> int:
-    from bench.speed.fit import fitted_params_json
+    from bench.speed.calibrate import fitted_params_json
     from bench.speed.params import PARAMS_FILE
 
     text, data = fitted_params_json()
@@ -129,7 +129,7 @@ def _fit() -> int:
 
 def _validate() -> int:
     from bench.report.speed_chart import write_validation_chart
-    from bench.speed.fit import validation_json
+    from bench.speed.calibrate import validation_json
     from bench.speed.params import PARAMS_FILE, load_model_file, params_json
     from bench.speed.validate import (ERROR_COLUMNS, VALIDATION_COLUMNS, cross_gpu_columns, cross_gpu_ratios,
                                       validation_tables)
@@ -213,7 +213,7 @@ def _trace_reference() -> int:
 
 
 def _measure_host() -> int:
-    from bench.speed.host import HOST_FILE, measure_host_dispatch, write_host_dispatch
+    from bench.speed.dispatch import HOST_FILE, measure_host_dispatch, write_host_dispatch
 
     row = measure_host_dispatch()
     write_host_dispatch(row, DATA / HOST_FILE)

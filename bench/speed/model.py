@@ -14,7 +14,7 @@ Each op costs the largest of three times, plus a fixed cost per kernel launched:
   (SMs x boost clock x `simt_per_cycle`).
 
 The GPU's time is the sum over ops, each paying `KERNEL_US` (the launch figure, not fitted); the host issues
-every op (eager PyTorch) at `host_us` each (measured, bounded by the calibration rows: `bench.speed.fit`), so
+every op (eager PyTorch) at `host_us` each (measured, bounded by the calibration rows: `bench.speed.calibrate`), so
 the step is the longer of the two. The part that sets the step names its bound.
 
 Precision follows the runner's flags (`bench.train.step.configure_precision`): under fp32 both cuBLAS
@@ -22,7 +22,7 @@ and cuDNN TF32 are off, so fp32 ops run at the FP32 (SIMT) peak; under tf32 and 
 fp32 ops run at the TF32 peak where the GPU has one (Turing and Volta have none: FP32).
 
 GPU facts are the catalog's (`bench/data/gpus.csv`, sourced per figure); the efficiencies are fitted
-(`bench.speed.fit`) on public measurements of several GPUs and read from `bench/data/speed_params.json`.
+(`bench.speed.calibrate`) on public measurements of several GPUs and read from `bench/data/speed_params.json`.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class SpeedParams:
     """Fixed GPU time per kernel launched, microseconds."""
     host_us: float
     """The host's time to dispatch one op (eager PyTorch), microseconds: the step's floor is the ops
-    times this. Fitted; this CPU's measured figure (`bench.speed.host`) is its starting point."""
+    times this. Fitted; this CPU's measured figure (`bench.speed.dispatch`) is its starting point."""
 
     @property
     def compute_efficiency(self) -> dict[str, float]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_spec
-from bench.speed.fit import Dataset, error_summary, held_out, reference_dataset
+from bench.speed.calibrate import Dataset, error_summary, held_out, reference_dataset
 from bench.speed.model import NoDatasheetPeak
 from bench.speed.params import ErrorBand, band_key, load_model_file
 from bench.speed.predict import predict_on

@@ -2,7 +2,7 @@
 
 Built one way for everything that runs a cell's step: the runner (`bench.run.cell_measurement`,
 real device), the memory estimator (`bench.memory.estimate`, the model on the meta device made
-fake), the host-dispatch measurement (`bench.speed.host`) and the equivalence study
+fake), the host-dispatch measurement (`bench.speed.dispatch`) and the equivalence study
 (`bench.equivalence.compare`, which casts to its own dtype). Order matters for the runner's
 figures: precision flags, then the seed, then the model's random weights.
 

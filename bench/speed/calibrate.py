@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from bench.measure.hardware import gpu_spec
-from bench.speed.host import stored_host_dispatch
+from bench.speed.dispatch import stored_host_dispatch
 from bench.speed.model import _HALF_INDEX as _HALF
 from bench.speed.model import GENERATIONS, KERNEL_US, EntryRates, OpFeatures, gpu_rates, op_features, op_times
 from bench.speed.params import FITTED_GENERATIONS, SpeedParams, load_model_file, params_json
