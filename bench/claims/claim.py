@@ -1,7 +1,7 @@
 """A claim of a seed article: its words, the rows that answer it, and the check that tests it.
 
-Each article's module (`article_000` ...) declares its claims with `ClaimList.add`, right above
-the function that reads the rows and returns the checks (`bench.claims.verdict`); the verdict is
+Each article's module (`hidden_memory_spike` for article 000 ...) declares its claims with `ClaimList.add`, right
+above the function that reads the rows and returns the checks (`bench.claims.verdict`); the verdict is
 computed from the checks, never typed in.
 """
 

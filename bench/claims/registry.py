@@ -1,11 +1,12 @@
 """Every claim of the seed articles the harness checks, in the order the table lists them.
 
-The claims themselves live beside their checks, one module per article (`article_002` ...).
+The claims themselves live beside their checks, one module per article, named by its topic
+(`accumulation_vs_large_batch` holds article 002's ...).
 """
 
 from __future__ import annotations
 
-from bench.claims import article_000, article_001, article_002, article_004
+from bench.claims import accumulation_for_memory, accumulation_vs_large_batch, hidden_memory_spike, oom_fixes_and_leak
 from bench.claims.claim import Claim
 
 ARTICLES = {
@@ -18,6 +19,7 @@ ARTICLES = {
 """The seed articles, cited by title; every claim quotes its article verbatim."""
 
 CLAIMS: tuple[Claim, ...] = tuple(
-    claim for module in (article_002, article_000, article_004, article_001) for claim in module.claims.claims)
+    claim for module in (accumulation_vs_large_batch, hidden_memory_spike, oom_fixes_and_leak, accumulation_for_memory)
+    for claim in module.claims.claims)
 
 __all__ = ["ARTICLES", "CLAIMS", "Claim"]
