@@ -3,15 +3,15 @@
 from bench.commands import (
     catalog,
     claims,
+    cost,
     data,
     equivalence,
     grids,
     measure,
     memory,
-    money,
     peak,
     report,
     speed,
 )
 
-GROUPS = (grids, measure, data, report, money, catalog, memory, speed, equivalence, claims, peak)
+GROUPS = (grids, measure, data, report, cost, catalog, memory, speed, equivalence, claims, peak)
