@@ -55,7 +55,7 @@ def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto",
     empty. Nothing is written to a runs file: `run_grid` does that."""
     from bench.measure.device import detect_device
     from bench.measure.flops import flops_per_sample
-    from bench.measure.peak import PeakFlops, device_peak
+    from bench.measure.peak import PeakFlops, ensure_peak
     from bench.run.cell_measurement import CellTask
     from bench.run.cell_process import run_cell
     from bench.grid.model_ref import ModelSpec
@@ -64,7 +64,7 @@ def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto",
     if info.type == "cpu" and results_root is None:
         peak = PeakFlops(None, "no results_root given: CPU peak not looked up, no MFU")
     else:
-        peak = device_peak(info, cell.precision, Path(results_root or "results"))
+        peak = ensure_peak(info, cell.precision, Path(results_root or "results"))
     flops = flops_per_sample(ModelSpec.of(cell), cell.image_size, cell.checkpointing)
     return run_cell(CellTask(cell, info, peak, flops, memory_limit_gib), timeout_s)
 

@@ -20,7 +20,7 @@ from bench.grid.cell import Cell
 from bench.isolation import call_in_child, fork_server
 from bench.measure.device import detect_device
 from bench.measure.flops import flops_per_sample
-from bench.measure.peak import device_peak
+from bench.measure.peak import ensure_peak
 from bench.results.provenance import provenance, utc_now
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated
@@ -86,7 +86,7 @@ def main() -> None:
                 micro_batch=args.micro_batch or (64 if gpu else 16), accum_steps=args.accum_steps,
                 precision="fp32", checkpointing="off", optimizer="adamw", channels_last=False,
                 warmup_steps=2, measured_steps=args.steps)
-    task = CellTask(cell, device, device_peak(device, "fp32", args.out.parents[2] if args.out else Path("results")),
+    task = CellTask(cell, device, ensure_peak(device, "fp32", args.out.parents[2] if args.out else Path("results")),
                     flops_per_sample(cell.model, cell.image_size, "off"))
     context = fork_server()
     stamp = {**provenance(), "started_utc": utc_now()}

@@ -17,7 +17,7 @@ from bench.cost.price import Assumptions, Workload, gpu_speed, price_rows
 from bench.grid.cell import Cell, extra_axis_defaults
 from bench.measure.device import DeviceInfo
 from bench.measure.hardware import gpu_spec
-from bench.measure.peak import device_peak
+from bench.measure.peak import ensure_peak
 from bench.measure.timing import NOISY_CI95_REL, summarize_step_times
 from bench.report import build_report
 from bench.report.console import console, summary_table
@@ -114,17 +114,17 @@ def test_two_folders_of_one_device_divide_by_the_same_stored_peak(tmp_path, monk
     # a quiet machine, whatever else runs beside the tests: a peak measured under load is measured again
     monkeypatch.setattr(bench.measure.peak, "wait_for_quiet", lambda threads, wait_s: (0.0, 0.0))
     monkeypatch.setattr(bench.measure.peak, "foreign_load_cores", lambda before, after: 0.0)
-    first = device_peak(CPU, "fp32", tmp_path)  # the first cell on this device measures and stores it
-    again = device_peak(CPU, "fp32", tmp_path)  # every later folder reads it
+    first = ensure_peak(CPU, "fp32", tmp_path)  # the first cell on this device measures and stores it
+    again = ensure_peak(CPU, "fp32", tmp_path)  # every later folder reads it
     assert first == again and len(measured) == bench.measure.peak.CPU_ROUNDS
     assert "peaks/cpu-some/peaks.csv" in first.source and first.source.startswith("measured 20")
-    other_threads = device_peak(replace(CPU, threads=1), "fp32", tmp_path)
+    other_threads = ensure_peak(replace(CPU, threads=1), "fp32", tmp_path)
     assert other_threads.flops_per_s != first.flops_per_s  # a peak belongs to a thread count too
 
 
 def test_a_gpu_peak_is_the_datasheet_and_stores_nothing(tmp_path):
     h200 = DeviceInfo("cuda", "NVIDIA H200", ("fp32", "bf16", "fp16"), 2)
-    assert device_peak(h200, "bf16", tmp_path).flops_per_s == 989e12
+    assert ensure_peak(h200, "bf16", tmp_path).flops_per_s == 989e12
     assert not (tmp_path / "peaks").exists()
 
 

@@ -13,7 +13,7 @@ from bench.measure.device import DeviceInfo
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import find_gpu
 from bench.measure.memory import optimizer_state_bytes, unique_tensor_bytes
-from bench.measure.peak import PeakFlops, device_peak
+from bench.measure.peak import PeakFlops, ensure_peak
 from bench.measure.timing import summarize_step_times
 from bench.measure.utilization import samples_per_s, utilization_pct
 from bench.run.cell_measurement import CellTask, measure_cell
@@ -107,17 +107,17 @@ def test_catalog_matches_real_device_names(device_name, gpu):
 @pytest.mark.parametrize("device_name", ["NVIDIA H20", "NVIDIA H200 NVL", "NVIDIA GeForce RTX 4080"])
 def test_unknown_gpu_gets_no_peak_rather_than_a_guess(device_name):
     assert find_gpu(device_name) is None
-    peak = device_peak(DeviceInfo("cuda", device_name, ("fp32",), 1), "bf16", Path("unused"))
+    peak = ensure_peak(DeviceInfo("cuda", device_name, ("fp32",), 1), "bf16", Path("unused"))
     assert peak.flops_per_s is None and device_name in peak.source
 
 
 def test_datasheet_peak_by_precision():
     h200 = DeviceInfo("cuda", "NVIDIA H200", ("fp32", "bf16", "fp16"), 1)
-    assert device_peak(h200, "bf16", Path("unused")).flops_per_s == 989e12
-    assert device_peak(h200, "fp32", Path("unused")).flops_per_s == 67e12  # TF32 off: the fp32 column
-    assert device_peak(DeviceInfo("cuda", "Tesla T4", ("fp32", "fp16"), 1), "bf16", Path("unused")).flops_per_s is None
+    assert ensure_peak(h200, "bf16", Path("unused")).flops_per_s == 989e12
+    assert ensure_peak(h200, "fp32", Path("unused")).flops_per_s == 67e12  # TF32 off: the fp32 column
+    assert ensure_peak(DeviceInfo("cuda", "Tesla T4", ("fp32", "fp16"), 1), "bf16", Path("unused")).flops_per_s is None
 
 
 def test_cpu_peak_is_measured_and_says_so(tmp_path):
-    peak = device_peak(CPU, "fp32", tmp_path)
+    peak = ensure_peak(CPU, "fp32", tmp_path)
     assert peak.flops_per_s > 1e9 and peak.source.startswith("measured")

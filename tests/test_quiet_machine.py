@@ -13,7 +13,7 @@ from bench.measure import cpu, host, peak, timing
 from bench.measure.cpu import CpuIdentity, cpu_identity, thread_budget
 from bench.measure.device import DeviceInfo
 from bench.measure.host import CpuTimes, LoadReading, QuietPolicy, foreign_load_cores, loaded
-from bench.measure.peak import PeakFlops, device_peak
+from bench.measure.peak import PeakFlops, ensure_peak
 from bench.measure.timing import TimingPolicy, time_until_stable, warm_up
 from bench.run import cell_process
 from bench.run.cell_measurement import CellTask
@@ -179,11 +179,11 @@ def test_a_stored_peak_measured_under_load_is_measured_again(monkeypatch, tmp_pa
     monkeypatch.setattr(peak, "foreign_load_cores", lambda before, after: next(readings))
     monkeypatch.setattr(peak, "measure_matmul_peak", lambda *args: (1e11, 64))
     monkeypatch.setattr(host, "machine_cpus", lambda: 2)
-    first = device_peak(device, "fp32", tmp_path)
+    first = ensure_peak(device, "fp32", tmp_path)
     assert "foreign load 1.5 cores" in first.source
-    second = device_peak(device, "fp32", tmp_path)  # the loaded one is refused, measured again, quiet now
+    second = ensure_peak(device, "fp32", tmp_path)  # the loaded one is refused, measured again, quiet now
     assert "foreign load 0.01 cores" in second.source
-    third = device_peak(device, "fp32", tmp_path)  # a quiet one is kept
+    third = ensure_peak(device, "fp32", tmp_path)  # a quiet one is kept
     assert third.source == second.source
 
 

@@ -24,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def show_peaks(args: argparse.Namespace) -> int:
-    from bench.measure.peak import device_peak, peaks_file, store_peaks
+    from bench.measure.peak import ensure_peak, peaks_file, store_peaks
 
     device = detect_device(args.device)
     precisions = tuple(device.precisions)
@@ -32,7 +32,7 @@ def show_peaks(args: argparse.Namespace) -> int:
         store_peaks(device, precisions, args.results)
         print(f"measured and stored: {peaks_file(device, args.results)}")
     for precision in precisions:
-        peak = device_peak(device, precision, args.results)
+        peak = ensure_peak(device, precision, args.results)
         value = "none known (no MFU)" if peak.flops_per_s is None else tflop_per_s(peak.flops_per_s, significant=4)
         print(f"{device.name} {precision}: {value} — {peak.source}")
     return 0

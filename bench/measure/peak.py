@@ -44,9 +44,11 @@ class PeakFlops:
     source: str
 
 
-def device_peak(device: DeviceInfo, precision: str, results_root: Path) -> PeakFlops:
+def ensure_peak(device: DeviceInfo, precision: str, results_root: Path) -> PeakFlops:
     """The denominator of MFU/HFU for cells on `device` in `precision`: the datasheet's on a GPU, the
-    stored measurement on a CPU (measured and stored first if there is none)."""
+    stored measurement on a CPU. Where a CPU has none stored (or only one measured under load), this measures
+    it and writes it to `peaks_file` first (`store_peaks`), as `ensure_` says: the one call here that may
+    take seconds and write."""
     if device.type == "cuda":
         spec = find_gpu(device.name)
         if spec is None:

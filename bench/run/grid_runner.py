@@ -22,7 +22,7 @@ from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line
 from bench.measure.flops import FlopsPerSample, flops_per_sample
 from bench.measure.host import QuietPolicy
-from bench.measure.peak import device_peak
+from bench.measure.peak import ensure_peak
 from bench.measure.timing import TimingPolicy
 from bench.results.provenance import provenance
 from bench.results.schema import config_columns
@@ -166,7 +166,7 @@ def _run_grid(grid: Grid, device: DeviceInfo, options: RunOptions, on_row: Calla
         note = runs.repair_torn_tail()
         if note:
             print(note, file=sys.stderr)
-    peaks = {precision: device_peak(device, precision, options.results_root)
+    peaks = {precision: ensure_peak(device, precision, options.results_root)
              for precision in sorted({c.precision for c in todo})}
     stamp = provenance()
     data = options.data
