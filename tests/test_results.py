@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import read_rows
 
 import bench.results.read
 from bench.results.store import ResultsFileError, RunsFile
@@ -12,17 +11,26 @@ OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
 NEW = {**OLD, "world_size": "axis added later", "allreduce_ms": "measurement added later"}
 
 
-def test_an_older_file_reads_with_new_axes_at_their_default_and_is_upgraded_on_write(tmp_path, monkeypatch):
+def test_an_older_file_reads_with_new_axes_at_their_default_and_is_never_rewritten(tmp_path, monkeypatch):
     monkeypatch.setattr(bench.results.read, "extra_axis_defaults", lambda: {"world_size": 1})
     path = tmp_path / "runs.csv"
     RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
+    before = path.read_bytes()
 
-    runs = RunsFile(path, NEW)
+    runs = RunsFile(path, NEW, history=True)
     assert runs.rows() == [{"cell_id": "a", "status": "ok", "samples_per_s": "10.5",
                             "world_size": "1", "allreduce_ms": ""}]
-    runs.write({"cell_id": "b", "status": "ok", "samples_per_s": 9.0, "world_size": 2, "allreduce_ms": 1.5})
-    assert path.read_text().splitlines()[0] == ",".join(NEW)
-    assert [(row["cell_id"], row["world_size"]) for row in read_rows(path)] == [("a", "1"), ("b", "2")]
+    with pytest.raises(ResultsFileError, match=f"^{path}: written by an earlier version .* lacks 2 of today's "
+                                               "columns, e.g. world_size.*move it aside"):
+        runs.write({"cell_id": "b", "status": "ok", "samples_per_s": 9.0, "world_size": 2, "allreduce_ms": 1.5})
+    assert path.read_bytes() == before
+
+
+def test_a_computed_file_of_an_older_schema_is_recomputed_with_todays_header(tmp_path):
+    path = tmp_path / "runs.csv"
+    RunsFile(path, OLD, history=False).write({"cell_id": "a", "status": "estimated", "samples_per_s": 10.5})
+    RunsFile(path, NEW, history=False).write({"cell_id": "a", "status": "estimated", "samples_per_s": 9.0})
+    assert path.read_text().splitlines() == [",".join(NEW), "a,estimated,9.0,,"]
 
 
 def test_a_file_with_a_column_this_version_does_not_know_is_refused(tmp_path):

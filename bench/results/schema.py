@@ -151,8 +151,9 @@ COLUMNS: dict[str, Column] = {
                                      "rank sets each step)"),
     "global_samples_per_s": Column("float", "global_batch / median step time: all processes together"),
     "scaling_efficiency": Column("float", "global_samples_per_s / (world_size x samples_per_s of the 1-process ok "
-                                          "row of the same configuration in this runs file, filled when the grid "
-                                          "ends); empty for 1 process or when that row is missing"),
+                                          "row of the same configuration in this runs file), computed when the "
+                                          "file is read (bench.results.derived; never written); empty for 1 "
+                                          "process or when that row is missing"),
     "allreduce_calls_per_step": Column("float", "gradient-bucket all-reduces per optimizer step (DDP comm hook), "
                                                 "per rank"),
     "synced_backwards_per_step": Column("float", "backward passes that all-reduced per optimizer step: 1 with "
@@ -178,7 +179,8 @@ COLUMNS: dict[str, Column] = {
     "loader_cpu_ms_per_sample": Column("float", "CPU time (user + system) of the training process and its workers "
                                                 "per sample while the loader ran alone: the feeding cost per sample"),
     "synthetic_samples_per_s": Column("float", "samples_per_s of the same configuration's synthetic-input ok row in "
-                                               "this runs file, filled when the grid ends; empty when there is none"),
+                                               "this runs file, computed when the file is read (bench.results."
+                                               "derived; never written); empty when there is none"),
     "host_rss_main_bytes": Column("int", "resident memory of the training process after the timed steps"),
     "host_rss_workers_bytes": Column("int", "resident memory of the loader workers, summed (shared pages counted in "
                                             "each)"),
