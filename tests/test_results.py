@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+from conftest import REPO
 
 import bench.results.read
+from bench.results.read import file_schema, read_runs
 from bench.results.store import ResultsFileError, RunsFile
 
 OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
@@ -38,3 +42,30 @@ def test_a_file_with_a_column_this_version_does_not_know_is_refused(tmp_path):
     RunsFile(path, NEW).write({"cell_id": "a", "status": "ok"})
     with pytest.raises(ResultsFileError, match="'world_size' is not in this version's schema"):
         RunsFile(path, OLD).rows()
+
+
+COMMITTED = sorted((REPO / "results").glob("*/*/runs.csv"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.parent.name}/{p.parent.name}" for p in COMMITTED])
+def test_a_committed_files_kind_follows_from_its_header_and_fits_its_rows(path):
+    schema = file_schema(path)
+    statuses = set(read_runs(path, schema.columns).status)
+    assert statuses <= set(schema.statuses), (schema.kind, statuses)  # no computed file holds an ok row
+    said = "predicted" if "predicted" in statuses else "estimated" if "estimated" in statuses else "measured"
+    assert schema.kind == said or (schema.kind, said) == ("autotune", "estimated")
+
+
+def test_report_tells_rows_by_their_header_not_by_the_folder_they_lie_in(tmp_path, capsys):
+    from bench.cli import main
+
+    predicted = tmp_path / "resnet50" / "cpu-renamed"
+    predicted.mkdir(parents=True)
+    shutil.copy(REPO / "results" / "resnet50" / "predicted" / "runs.csv", predicted / "runs.csv")
+    assert main(["report", str(predicted)]) == 2
+    assert "predicted rows (bench predict)" in capsys.readouterr().err
+    estimates = tmp_path / "resnet50" / "predicted"  # estimates in a folder named as a prediction's
+    estimates.mkdir()
+    shutil.copy(REPO / "results" / "resnet50" / "estimate" / "runs.csv", estimates / "runs.csv")
+    assert main(["report", str(estimates)]) == 0
+    assert (estimates / "memory_estimate.png").is_file()

@@ -14,8 +14,8 @@ from pathlib import Path
 from bench.measure.hardware import gpu_spec
 from bench.memory.budget import Budget
 from bench.memory.probe import ProbeConfig, probe_from_estimate
-from bench.results.provenance import PROVENANCE_COLUMNS, provenance, utc_now
-from bench.results.schema import Column
+from bench.results.provenance import provenance, utc_now
+from bench.results.schema import AUTOTUNE_COLUMNS
 from bench.results.store import RunsFile
 from bench.units import GIB
 
@@ -24,20 +24,6 @@ MODEL = "resnet50"
 CONFIGURATIONS = (("RTX-3090", "fp32", "off"), ("A100-40GB", "fp32", "off"), ("A100-40GB", "fp16", "off"),
                   ("A100-40GB", "fp16", "full"))
 """(GPU, precision, checkpointing): the auto-tuner's two GPUs, and the A100 loop with and without checkpointing."""
-AUTOTUNE_COLUMNS: dict[str, Column] = {
-    "cell_id": Column("str", "probe-<model>-<size>px-<precision>-<optimizer>-<gpu>"),
-    "gpu": Column("str", "catalog GPU key"), "model": Column("str"), "image_size": Column("int"),
-    "precision": Column("str"), "checkpointing": Column("str"), "optimizer": Column("str"),
-    "budget_bytes": Column("int", "the GPU's nominal memory"),
-    "largest_micro_batch": Column("int", "the estimator's largest micro-batch within the budget, no headroom"),
-    "fake_steps": Column("int", "estimator trials the search took"),
-    "status": Column("str", "estimated"), "error_message": Column("str"),
-    "device_type": Column("str"), "device_name": Column("str"),
-    "torch_version": Column("str"), "git_commit": Column("str"),
-    **{name: Column("bool" if name == "git_dirty" else "str") for name in PROVENANCE_COLUMNS
-       if name not in ("torch_version", "git_commit")},
-    "started_utc": Column("str"),
-}
 
 
 def autotune_rows_path(results_root: Path) -> Path:

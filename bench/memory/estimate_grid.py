@@ -1,9 +1,9 @@
 """A grid's estimates: one row per cell in `results/<experiment>/estimate/runs.csv`.
 
 The rows carry the runner's columns (`bench.results.schema.COLUMNS`, built by the same
-`memory_columns`) with status `estimated`, plus the few in `ESTIMATE_COLUMNS` that only an
-estimate has. Reports, `bench cost` and `bench plan` read status-ok rows only, so an estimate is
-never mistaken for a measurement.
+`memory_columns`) with status `estimated`, plus the few that only an estimate has
+(`bench.results.schema.ESTIMATE_COLUMNS`). Reports, `bench cost` and `bench plan` read status-ok
+rows only, so an estimate is never mistaken for a measurement.
 """
 
 from __future__ import annotations
@@ -30,32 +30,11 @@ from bench.memory.estimate import (
 from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
 from bench.results.provenance import provenance, utc_now
-from bench.results.schema import (
-    COLUMNS,
-    Column,
-    config_columns,
-    failure_from,
-    memory_columns,
-)
+from bench.results.schema import ESTIMATE_COLUMNS, config_columns, failure_from, memory_columns
 from bench.results.store import RunsFile, results_folder
 from bench.units import GIB
 
 ESTIMATE_FOLDER = "estimate"
-ESTIMATE_COLUMNS: dict[str, Column] = {
-    **COLUMNS,
-    "estimate_inputs_bytes": Column("int", "input micro-batch on the device (in peak_allocated_bytes, not in "
-                                           "peak_tracked_bytes)"),
-    "estimate_workspace_bytes": Column("int", "cuBLAS/cuBLASLt workspace allowance in peak_allocated_bytes "
-                                              "(CUDA estimates)"),
-    "tracked_autocast_cache_bytes": Column("int", "autocast's low-precision weight copies (its weight-cast cache) at the "
-                                                  "traced peak: a category of its own, inside peak_tracked_bytes and "
-                                                  "activations_peak_bytes, not inside tracked_activations_bytes"),
-    "estimate_attention": Column("str", "the attention kernel the estimate assumed: eager (probabilities kept), "
-                                        "flash or efficient (CUDA SDPA's fused kernels), math, or cpu"),
-    "fits_gpus": Column("str", "catalog GPUs (bench/data/gpus.csv) whose memory holds peak_reserved_bytes + the "
-                               "cost planner's headroom; ';'-separated, CUDA estimates only"),
-    "estimate_method": Column("str", "what the estimate models and what it does not"),
-}
 
 
 def estimate_device(target: Target) -> DeviceInfo:

@@ -29,6 +29,7 @@ from bench.measure.memory import TracedStep
 from bench.measure.peak import PeakFlops
 from bench.measure.timing import summarize_step_times
 from bench.measure.utilization import samples_per_s, utilization_pct
+from bench.results.provenance import PROVENANCE_COLUMNS
 
 ColumnType = Literal["str", "int", "float", "bool", "json"]
 Status = Literal["ok", "oom", "error", "timeout", "skipped", "estimated", "predicted"]
@@ -196,6 +197,106 @@ COLUMNS: dict[str, Column] = {
     "data_bytes": Column("int", "bytes of its image files"),
     "data_seed": Column("int", "seed of the generated set; empty for a --data-dir"),
 }
+
+ESTIMATE_COLUMNS: dict[str, Column] = {
+    **COLUMNS,
+    "estimate_inputs_bytes": Column("int", "input micro-batch on the device (in peak_allocated_bytes, not in "
+                                           "peak_tracked_bytes)"),
+    "estimate_workspace_bytes": Column("int", "cuBLAS/cuBLASLt workspace allowance in peak_allocated_bytes "
+                                              "(CUDA estimates)"),
+    "tracked_autocast_cache_bytes": Column("int", "autocast's low-precision weight copies (its weight-cast cache) at the "
+                                                  "traced peak: a category of its own, inside peak_tracked_bytes and "
+                                                  "activations_peak_bytes, not inside tracked_activations_bytes"),
+    "estimate_attention": Column("str", "the attention kernel the estimate assumed: eager (probabilities kept), "
+                                        "flash or efficient (CUDA SDPA's fused kernels), math, or cpu"),
+    "fits_gpus": Column("str", "catalog GPUs (bench/data/gpus.csv) whose memory holds peak_reserved_bytes + the "
+                               "cost planner's headroom; ';'-separated, CUDA estimates only"),
+    "estimate_method": Column("str", "what the estimate models and what it does not"),
+}
+"""An estimate's row (`bench estimate`, status estimated): the runner's columns, the peak computed on fake tensors,
+and what only an estimate has."""
+
+PREDICTED_COLUMNS: dict[str, Column] = {
+    **ESTIMATE_COLUMNS,
+    "gpu": Column("str", "catalog key of the GPU predicted for (bench/data/gpus.csv)"),
+    "predicted_step_time_ms": Column("float", "predicted optimizer step: max(GPU time, host dispatch time)"),
+    "predicted_gpu_ms": Column("float", "sum of the ops' roofline times and per-kernel costs"),
+    "predicted_host_ms": Column("float", "ops dispatched x the host's measured cost per op"),
+    "predicted_compute_ms": Column("float", "time of the ops bound by tensor work (FLOPs over peak, whole waves)"),
+    "predicted_memory_ms": Column("float", "time of the ops bound by memory bandwidth"),
+    "predicted_non_tensor_ms": Column("float", "time of the ops bound by non-tensor work (SMs x clock)"),
+    "predicted_kernel_overhead_ms": Column("float", "fixed per-kernel cost, all kernels"),
+    "predicted_bound": Column("str", "compute | memory | non-tensor | overhead (per-kernel cost or host dispatch): "
+                                     "what sets the predicted step"),
+    "samples_per_s_low": Column("float", "samples_per_s / the 90th percentile of predicted/measured in the "
+                                         "leave-one-GPU-out validation of this kind of GPU"),
+    "samples_per_s_high": Column("float", "samples_per_s / the 10th percentile of the same"),
+    "speed_model_version": Column("str", "version of bench/data/speed_params.json"),
+    "speed_basis": Column("str", "predicted (model vX, leave-one-GPU-out on <kind> GPUs: median error Y %, p90 Z %)"),
+}
+"""A prediction's row (`bench predict`, status predicted), one per cell and GPU: an estimate's columns and the
+throughput model's."""
+
+AUTOTUNE_COLUMNS: dict[str, Column] = {
+    "cell_id": Column("str", "probe-<model>-<size>px-<precision>-<optimizer>-<gpu>"),
+    "gpu": Column("str", "catalog GPU key"), "model": Column("str"), "image_size": Column("int"),
+    "precision": Column("str"), "checkpointing": Column("str"), "optimizer": Column("str"),
+    "budget_bytes": Column("int", "the GPU's nominal memory"),
+    "largest_micro_batch": Column("int", "the estimator's largest micro-batch within the budget, no headroom"),
+    "fake_steps": Column("int", "estimator trials the search took"),
+    "status": Column("str", "estimated"), "error_message": Column("str"),
+    "device_type": Column("str"), "device_name": Column("str"),
+    "torch_version": Column("str"), "git_commit": Column("str"),
+    **{name: Column("bool" if name == "git_dirty" else "str") for name in PROVENANCE_COLUMNS
+       if name not in ("torch_version", "git_commit")},
+    "started_utc": Column("str"),
+}
+"""The memory estimator's largest micro-batch per (GPU, precision, checkpointing): seed 002's claims table
+(`bench.claims.autotune`)."""
+
+RowKind = Literal["measured", "estimated", "predicted", "autotune"]
+
+
+@dataclass(frozen=True)
+class RowSchema:
+    """A kind of row: its columns, the statuses its rows may have, what names a row, and how a file of them grows."""
+
+    kind: RowKind
+    columns: dict[str, Column]
+    statuses: tuple[Status, ...]
+    """Outcomes a row of this kind may have: a computed row is never `ok`, so never read as a measurement."""
+    key: tuple[str, ...] = ("cell_id",)
+    """The columns that name a row: a later row with the same values replaces it."""
+    history: bool = False
+    """Rows are appended, a replacing one too (a measurement is never overwritten); otherwise a file of computed
+    rows, recomputed whole, replaces a row in place."""
+
+
+FAILURES: tuple[Status, ...] = ("oom", "error", "skipped")
+SCHEMAS: dict[RowKind, RowSchema] = {
+    "measured": RowSchema("measured", COLUMNS, ("ok", *FAILURES, "timeout"), history=True),
+    "estimated": RowSchema("estimated", ESTIMATE_COLUMNS, ("estimated", *FAILURES)),
+    "predicted": RowSchema("predicted", PREDICTED_COLUMNS, ("predicted", *FAILURES), key=("cell_id", "gpu")),
+    "autotune": RowSchema("autotune", AUTOTUNE_COLUMNS, ("estimated",)),
+}
+"""Every kind of row a runs file holds. A file's kind follows from its header (`schema_for_header`), never from
+the folder it lies in."""
+
+
+def schema_for_header(header: list[str]) -> RowSchema:
+    """The kind of row a file with this header holds: the first schema of `SCHEMAS` that has every column of it
+    (an estimate's columns include the runner's, a prediction's an estimate's: each holds a column the one before
+    lacks); the runner's when none has them all, so the reader names the unknown column.
+
+    >>> schema_for_header(["cell_id", "status", "samples_per_s"]).kind
+    'measured'
+    >>> schema_for_header(["cell_id", "status", "estimate_method"]).kind, schema_for_header(["gpu", "speed_basis"]).kind
+    ('estimated', 'predicted')
+    >>> schema_for_header(["cell_id", "largest_micro_batch"]).kind
+    'autotune'
+    """
+    return next((schema for schema in SCHEMAS.values() if set(header) <= set(schema.columns)), SCHEMAS["measured"])
+
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs() if name not in extra_axis_defaults()),
                                      "device_type", "device_name", "status")
