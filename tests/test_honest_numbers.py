@@ -21,7 +21,7 @@ from bench.measure.peak import device_peak
 from bench.measure.timing import NOISY_CI95_REL, summarize_step_times
 from bench.report import build_report
 from bench.report.console import console, summary_table
-from bench.results.schema import config_columns
+from bench.results.rows import config_columns
 from bench.results.store import RunsFile
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import keep_narrower, run_cell

@@ -9,6 +9,7 @@ from conftest import REPO
 
 import bench.results.read
 from bench.results.read import file_schema, read_runs
+from bench.results.rows import checked
 from bench.results.store import ResultsFileError, RunsFile
 
 OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
@@ -69,3 +70,17 @@ def test_report_tells_rows_by_their_header_not_by_the_folder_they_lie_in(tmp_pat
     shutil.copy(REPO / "results" / "resnet50" / "estimate" / "runs.csv", estimates / "runs.csv")
     assert main(["report", str(estimates)]) == 0
     assert (estimates / "memory_estimate.png").is_file()
+
+
+@pytest.mark.parametrize(("kind", "status"), [("measured", "estimated"), ("measured", "predicted"),
+                                              ("estimated", "ok"), ("predicted", "ok"), ("predicted", "estimated"),
+                                              ("autotune", "ok")])
+def test_no_row_is_built_with_another_kinds_outcome(kind, status):
+    with pytest.raises(ValueError, match=f"row cannot have status '{status}'"):
+        checked(kind, {"cell_id": "a", "status": status})
+
+
+def test_no_row_is_built_with_a_column_its_kind_does_not_declare():
+    assert checked("predicted", {"cell_id": "a", "gpu": "L4", "status": "predicted"})["gpu"] == "L4"
+    with pytest.raises(ValueError, match=r"a measured row has undeclared columns: \['gpu'\]"):
+        checked("measured", {"cell_id": "a", "gpu": "L4", "status": "ok"})

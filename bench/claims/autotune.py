@@ -15,6 +15,7 @@ from bench.measure.hardware import gpu_spec
 from bench.memory.budget import Budget
 from bench.memory.probe import ProbeConfig, probe_from_estimate
 from bench.results.provenance import provenance, utc_now
+from bench.results.rows import autotune_cell_id, autotune_row
 from bench.results.schema import AUTOTUNE_COLUMNS
 from bench.results.store import RunsFile
 from bench.units import GIB
@@ -39,17 +40,11 @@ def ensure_autotune_rows(results_root: Path) -> Path:
     for gpu, precision, checkpointing in CONFIGURATIONS:
         config = ProbeConfig.of(MODEL, image_size=224, precision=precision, checkpointing=checkpointing,
                                 optimizer="adamw")
-        cell = config.base
-        cell_id = f"probe-{cell.model}-{cell.image_size}px-{precision}-ckpt_{checkpointing}-{cell.optimizer}-{gpu}"
-        if cell_id in done:
+        if autotune_cell_id(config.base, gpu) in done:
             continue
         budget = Budget(gpu_spec(gpu).memory_gib * GIB, gpu, headroom=0.0)
         predicted = probe_from_estimate(config, budget).predicted
-        runs.write({"cell_id": cell_id, "gpu": gpu, "model": cell.model, "image_size": cell.image_size,
-                    "precision": precision, "checkpointing": checkpointing,
-                    "optimizer": cell.optimizer, "budget_bytes": int(budget.nbytes),
-                    "largest_micro_batch": predicted.largest, "fake_steps": len(predicted.trials),
-                    "status": "estimated", "error_message": "", "device_type": "estimate",
-                    "device_name": "estimate for cuda (FakeTensorMode + MemTracker, no device)",
-                    **stamp, "started_utc": utc_now()})
+        runs.write(autotune_row(config.base, gpu, stamp, budget_bytes=int(budget.nbytes),
+                                largest_micro_batch=predicted.largest, fake_steps=len(predicted.trials),
+                                started_utc=utc_now()))
     return path

@@ -1,7 +1,7 @@
 """A grid's estimates: one row per cell in `results/<experiment>/estimate/runs.csv`.
 
 The rows carry the runner's columns (`bench.results.schema.COLUMNS`, built by the same
-`memory_columns`) with status `estimated`, plus the few that only an estimate has
+`bench.results.rows.memory_columns`) with status `estimated`, plus the few that only an estimate has
 (`bench.results.schema.ESTIMATE_COLUMNS`). Reports, `bench cost` and `bench plan` read status-ok
 rows only, so an estimate is never mistaken for a measurement.
 """
@@ -30,7 +30,8 @@ from bench.memory.estimate import (
 from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
 from bench.results.provenance import provenance, utc_now
-from bench.results.schema import ESTIMATE_COLUMNS, config_columns, failure_from, memory_columns
+from bench.results.rows import cell_row, failure_from, memory_columns
+from bench.results.schema import ESTIMATE_COLUMNS
 from bench.results.store import RunsFile, results_folder
 from bench.units import GIB
 
@@ -86,7 +87,8 @@ def estimated_row(cell: Cell, target: Target, models: FakeModels | None = None) 
     return row
 
 
-_ROWS = DiskCache("estimate-rows", sources=(*ESTIMATOR_SOURCES, "memory/estimate_grid.py", "results/schema.py"))
+_ROWS = DiskCache("estimate-rows", sources=(*ESTIMATOR_SOURCES, "memory/estimate_grid.py", "results/rows.py",
+                                            "results/schema.py"))
 
 
 def repeat_micro_steps(traced: TracedStep, accum_steps: int) -> TracedStep:
@@ -137,8 +139,8 @@ def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, i
             outcome = estimated_row(cell, target, models)
         except Exception as exc:  # noqa: BLE001 - a cell that cannot be estimated is a row, not a stop
             outcome = failure_from(exc)
-        row = {**config_columns(cell, device), "device_tag": ESTIMATE_FOLDER, **stamp, **outcome,
-               "started_utc": started, "duration_s": round(time.monotonic() - began, 3)}
+        row = cell_row("estimated", cell, device, stamp, outcome, device_tag=ESTIMATE_FOLDER, started_utc=started,
+                       duration_s=round(time.monotonic() - began, 3))
         runs.write(row)
         if on_row:
             on_row(row, index, len(grid.cells))

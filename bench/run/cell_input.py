@@ -34,7 +34,7 @@ from bench.measure.input_pipeline import (
     process_memory,
     usable_cpus,
 )
-from bench.results.schema import input_columns
+from bench.results.rows import input_columns
 from bench.train.data import (
     Augment,
     CorruptImageError,

@@ -25,7 +25,7 @@ import bench
 from bench.grid.cell import Cell
 from bench.measure.cpu import thread_budget
 from bench.measure.utilization import samples_per_s
-from bench.results.schema import failure, throughput_columns
+from bench.results.rows import failure, throughput_columns
 from bench.run.cell_measurement import CellTask
 
 _LOG_TAIL_CHARS = 400

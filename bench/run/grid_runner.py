@@ -25,7 +25,7 @@ from bench.measure.host import QuietPolicy
 from bench.measure.peak import device_peak
 from bench.measure.timing import TimingPolicy
 from bench.results.provenance import provenance
-from bench.results.schema import config_columns
+from bench.results.rows import cell_row
 from bench.results.store import RowNotWritten, RunsFile, preflight, results_folder
 from bench.run.cell_measurement import CellTask
 from bench.run.executors import ExecutorName, SlurmOptions, make_executor
@@ -179,7 +179,7 @@ def _run_grid(grid: Grid, device: DeviceInfo, options: RunOptions, on_row: Calla
     finished = executor.run(tasks, options.timeout_s or grid.run.timeout_s, on_start)
     with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs
         for index, (task, outcome) in enumerate(finished):
-            row = {**config_columns(task.cell, device), **stamp, **outcome}
+            row = cell_row("measured", task.cell, device, stamp, outcome)
             write_or_show(runs, row)
             if on_row:
                 on_row(row, index, len(todo))

@@ -24,7 +24,8 @@ from bench.memory.estimate import Estimate, FakeModels
 from bench.memory.estimate_grid import estimate_device, estimate_row
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
-from bench.results.schema import PREDICTED_COLUMNS, config_columns, failure, failure_from
+from bench.results.rows import cell_row, failure, failure_from
+from bench.results.schema import PREDICTED_COLUMNS
 from bench.results.store import RunsFile
 from bench.speed.model import NoDatasheetPeak, StepTime, gpu_rates, step_time
 from bench.speed.params import ModelFile, load_model_file
@@ -96,25 +97,31 @@ def prediction_columns(prediction: Prediction, model: ModelFile) -> dict:
     }
 
 
-def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None = None) -> list[dict]:
-    """`cell`'s rows, one per GPU: predicted, or skipped (no datasheet figure), or one error for all."""
+def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None = None,
+                   stamp: dict | None = None) -> list[dict]:
+    """`cell`'s rows, one per GPU: predicted, or skipped (no datasheet figure), or one error for all; `stamp` is
+    the provenance they carry."""
     model = load_model_file()
     device = estimate_device("cuda")
-    base = {**config_columns(cell, device), "device_tag": PREDICTED_FOLDER, "started_utc": utc_now()}
-    began = time.monotonic()
+    started, began = utc_now(), time.monotonic()
+
+    def row(gpu: str, outcome: dict, **columns: object) -> dict:
+        return cell_row("predicted", cell, device, stamp or {}, outcome, device_tag=PREDICTED_FOLDER, gpu=gpu,
+                        started_utc=started, **columns)
+
     try:
         estimate, ops = trace_cell(cell, models)
     except Exception as exc:  # noqa: BLE001 - a cell that cannot be traced is a row, not a stop
-        return [{**base, "gpu": gpu, **failure_from(exc)} for gpu in gpus]
+        return [row(gpu, failure_from(exc)) for gpu in gpus]
     memory = _memory_columns(cell, estimate)
     rows = []
     for gpu in gpus:
-        row = {**base, **memory, "device_name": f"predicted for {gpu} (throughput model, no device)"}
         try:
-            row.update(prediction_columns(predict_on(cell, ops, gpu_spec(gpu), model), model))
+            outcome = {**memory, **prediction_columns(predict_on(cell, ops, gpu_spec(gpu), model), model)}
         except NoDatasheetPeak as exc:
-            row.update({"gpu": gpu, **failure("skipped", "NoDatasheetPeak", str(exc))})
-        rows.append({**row, "duration_s": round(time.monotonic() - began, 3)})
+            outcome = {**memory, **failure("skipped", "NoDatasheetPeak", str(exc))}
+        rows.append(row(gpu, outcome, device_name=f"predicted for {gpu} (throughput model, no device)",
+                        duration_s=round(time.monotonic() - began, 3)))
     return rows
 
 
@@ -134,8 +141,8 @@ def predict_grid(grid: Grid, results_root: Path, gpus: tuple[str, ...] | None = 
     stamp = provenance()
     models = FakeModels()
     for cell in grid.cells:
-        for row in predicted_rows(cell, gpus, models):
-            runs.write({**row, **stamp})
+        for row in predicted_rows(cell, gpus, models, stamp):
+            runs.write(row)
             if on_row:
                 on_row(row)
     return runs.path
