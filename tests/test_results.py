@@ -70,6 +70,11 @@ def test_report_tells_rows_by_their_header_not_by_the_folder_they_lie_in(tmp_pat
     shutil.copy(REPO / "results" / "resnet50" / "estimate" / "runs.csv", estimates / "runs.csv")
     assert main(["report", str(estimates)]) == 0
     assert (estimates / "memory_estimate.png").is_file()
+    answers = tmp_path / "claims_autotune" / "estimate"  # the auto-tuner's answers: no chart, no report
+    answers.mkdir(parents=True)
+    shutil.copy(REPO / "results" / "claims_autotune" / "estimate" / "runs.csv", answers / "runs.csv")
+    assert main(["report", str(answers)]) == 2
+    assert "bench claims reads them" in capsys.readouterr().err and sorted(answers.iterdir()) == [answers / "runs.csv"]
 
 
 @pytest.mark.parametrize(("kind", "status"), [("measured", "estimated"), ("measured", "predicted"),

@@ -32,6 +32,9 @@ def build_reports(args: argparse.Namespace) -> int:
         if kind == "predicted":
             raise ResultsFileError(f"{folder}: predicted rows (bench predict), not measurements: nothing to report; "
                                    "bench predict writes their accumulation.csv, bench cost prices them")
+        if kind == "autotune":
+            raise ResultsFileError(f"{folder}: the estimator's largest batches for the claims table, not "
+                                   "measurements: nothing to report; bench claims reads them")
         if (folder / CSV_NAME).is_file():  # an equivalence study's folder holds its CSV, not a runs file
             written = write_study_tables(folder)
         elif kind == "estimated":  # estimates: their chart (no report: nothing was measured)
