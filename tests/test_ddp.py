@@ -9,6 +9,7 @@ import socket
 import time
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,11 +21,11 @@ from bench.grid.cell import Cell
 from bench.grid.spec import load_grid, with_world_size
 from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
+from bench.results.read import read_runs
 from bench.results.store import RunsFile
 from bench.run.cell_measurement import CellTask
-from bench.run.ddp_launch import aggregate, scaling_efficiency, threads_per_rank
+from bench.run.ddp_launch import aggregate, threads_per_rank
 from bench.run.ddp_rank import FAIL_EXIT_CODE, FAIL_RANK_ENV, DdpDistribution
-from bench.run.grid_runner import fill_scaling_efficiency
 from bench.train.models import build_model, synthetic_batch
 from bench.train.step import accumulate_gradients
 
@@ -107,7 +108,9 @@ def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_red
     assert set(rows) == {("1", "no_sync"), ("2", "no_sync"), ("2", "every_step")}
     assert {r["status"] for r in rows.values()} == {"ok"}, [r["error_message"] for r in rows.values()]
     single, synced_once, synced_always = rows["1", "no_sync"], rows["2", "no_sync"], rows["2", "every_step"]
-    assert single["scaling_efficiency"] == "" and single["allreduce_calls_per_step"] == ""
+    assert {r["scaling_efficiency"] for r in rows.values()} == {""}  # derived when read, never written back
+    efficiency = read_runs(runs).set_index("cell_id").scaling_efficiency
+    assert pd.isna(efficiency[single["cell_id"]]) and single["allreduce_calls_per_step"] == ""
     assert single["global_samples_per_s"] == single["samples_per_s"]
     for row in (synced_once, synced_always):
         assert row["global_batch"] == "12" and row["effective_batch"] == "6"
@@ -115,8 +118,8 @@ def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_red
         assert int(row["peak_memory_max_rank_bytes"]) >= int(row["peak_memory_min_rank_bytes"]) > 0
         assert row["peak_memory_bytes"] == row["peak_memory_max_rank_bytes"]
         assert float(row["global_samples_per_s"]) == pytest.approx(2 * float(row["samples_per_s"]))
-        expected = scaling_efficiency(float(row["global_samples_per_s"]), 2, float(single["samples_per_s"]))
-        assert float(row["scaling_efficiency"]) == pytest.approx(expected)
+        expected = float(row["global_samples_per_s"]) / (2 * float(single["samples_per_s"]))
+        assert efficiency[row["cell_id"]] == pytest.approx(expected)
         assert float(row["allreduce_ms_per_step"]) > 0
     assert float(synced_once["synced_backwards_per_step"]) == 1
     assert float(synced_always["synced_backwards_per_step"]) == 3  # K
@@ -185,17 +188,17 @@ def test_the_rank_that_failed_first_decides_the_row():
     assert aggregate(_task(), {}, -9, "")["error_message"].startswith("rank(s) 0, 1 ended without a result")
 
 
-def test_scaling_efficiency_is_filled_whatever_order_the_rows_came_in(tmp_path):
+def test_scaling_efficiency_is_derived_on_read_whatever_order_the_rows_came_in(tmp_path):
     cell = _task().cell
     single = replace(cell, world_size=1)
     lonely = replace(cell, micro_batch=4, accum_steps=1)  # no 1-process row of its configuration
     runs = RunsFile(tmp_path / "runs.csv")
-    runs.write({"cell_id": cell.cell_id, "status": "ok", "global_samples_per_s": 300.0})
-    runs.write({"cell_id": lonely.cell_id, "status": "ok", "global_samples_per_s": 300.0})
-    runs.write({"cell_id": single.cell_id, "status": "ok", "samples_per_s": 200.0})  # e.g. a SLURM job ending last
-    fill_scaling_efficiency([cell, lonely, single], runs)
-    rows = {row["cell_id"]: row["scaling_efficiency"] for row in runs.rows()}
-    assert rows == {cell.cell_id: "0.75", lonely.cell_id: "", single.cell_id: ""}
+    for c, figures in ((cell, {"global_samples_per_s": 300.0}), (lonely, {"global_samples_per_s": 300.0}),
+                       (single, {"samples_per_s": 200.0})):  # the baseline last, e.g. a SLURM job ending last
+        runs.write({"cell_id": c.cell_id, **c.to_dict(), "status": "ok", **figures})
+    efficiency = read_runs(runs.path).set_index("cell_id").scaling_efficiency
+    assert efficiency[cell.cell_id] == 0.75
+    assert efficiency[[lonely.cell_id, single.cell_id]].isna().all()
 
 
 def test_world_size_axis_expands_once_per_process_count_and_nproc_overrides_it(write_grid):

@@ -15,7 +15,7 @@ from bench.memory.estimate import (
     FakeModels,
     estimate_cell,
 )
-from bench.memory.estimate_grid import ESTIMATE_COLUMNS
+from bench.results.schema import ESTIMATE_COLUMNS
 from bench.run.cell_measurement import CellTask, measure_cell
 
 CPU = DeviceInfo("cpu", "test cpu", ("fp32", "bf16", "fp16"), 2)

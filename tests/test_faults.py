@@ -636,7 +636,7 @@ def test_two_runners_on_one_folder_the_second_exits_2_naming_the_first(tmp_path)
 ])
 def test_out_of_memory_in_disguise_is_an_oom_row(message):
     from bench.measure.failure import is_out_of_memory
-    from bench.results.schema import failure_from
+    from bench.results.rows import failure_from
 
     assert is_out_of_memory(RuntimeError(message)) and failure_from(RuntimeError(message))["status"] == "oom"
     assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))

@@ -343,6 +343,27 @@ def test_run_refuses_a_runs_file_linked_from_outside_before_measuring(work, caps
     assert outside.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["runs.csv"]
 
 
+def test_run_refuses_a_runs_file_of_an_earlier_version_before_measuring_and_leaves_it_as_it_was(work, capsys):
+    import csv
+    import io
+
+    from bench.measure.device import detect_device
+
+    rows = list(csv.reader(ROWS.read_text().splitlines()))
+    keep = [i for i, name in enumerate(rows[0]) if name != "foreign_load_cores"]  # a column added later
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([[row[i] for i in keep] for row in rows])
+    folder = work / "results" / "smoke" / detect_device("cpu").tag
+    folder.mkdir(parents=True)
+    (folder / "runs.csv").write_text(buffer.getvalue())
+    before = (folder / "runs.csv").read_bytes()
+    assert main(["run", str(SMOKE), "--device", "cpu", "--results", str(work / "results")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "Traceback" not in error, error
+    assert str(folder / "runs.csv") in error and "earlier version" in error and "move it aside" in error
+    assert (folder / "runs.csv").read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["runs.csv"]
+
+
 # --- catalogs -----------------------------------------------------------------------------------------
 
 _CATALOG_BAD = {"provider": [""], "instance": [""], "gpu": ["A100", "", "TPU"], "gpu_count": ["0", "-1", "1.5", "x", ""],

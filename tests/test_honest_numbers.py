@@ -21,7 +21,8 @@ from bench.measure.peak import ensure_peak
 from bench.measure.timing import NOISY_CI95_REL, summarize_step_times
 from bench.report import build_report
 from bench.report.console import console, summary_table
-from bench.results.schema import config_columns
+from bench.results.rows import config_columns
+from bench.results.schema import COLUMNS, ESTIMATE_COLUMNS
 from bench.results.store import RunsFile
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import keep_narrower, run_cell
@@ -131,7 +132,8 @@ def test_a_gpu_peak_is_the_datasheet_and_stores_nothing(tmp_path):
 # --- claims: verdicts only from sources that can answer them -------------------------------------
 
 def _claims_rows(root, experiment: str, folder: str, device_type: str, rows: list[dict]) -> None:
-    runs = RunsFile(root / experiment / folder / "runs.csv")
+    estimates = any(row.get("status") == "estimated" for row in rows)  # written as `bench estimate` writes them
+    runs = RunsFile(root / experiment / folder / "runs.csv", ESTIMATE_COLUMNS if estimates else COLUMNS)
     for row in rows:
         runs.write({**extra_axis_defaults(), "status": "ok", "device_type": device_type,
                     "device_name": {"cuda": "NVIDIA H200", "cpu": "Some CPU"}[device_type], "error_message": "",

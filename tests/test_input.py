@@ -26,12 +26,11 @@ from bench.grid.cell import Cell
 from bench.grid.spec import load_grid
 from bench.measure.device import detect_device
 from bench.measure.peak import PeakFlops
+from bench.results.read import read_runs
 from bench.results.store import RunsFile
 from bench.run.cell_input import (
     MicroBatchFeeder,
-    fill_synthetic_samples_per_s,
     open_input,
-    synthetic_baseline_id,
 )
 from bench.run.cell_measurement import CellTask, measured_outcome
 from bench.train.data import (
@@ -242,22 +241,19 @@ def test_synthetic_cells_keep_the_default_worker_count(write_grid):
     assert "-input_loader-loader_workers_2-" in next(c for c in cells if c.loader_workers == 2).cell_id
 
 
-def test_a_loader_row_gets_its_configurations_synthetic_speed(tmp_path):
+def test_a_loader_row_gets_its_configurations_synthetic_speed_when_read(tmp_path):
     runs = RunsFile(tmp_path / "runs.csv")
     synthetic, loader = cell(), cell(input="loader", loader_workers=2)
     orphan = cell(input="loader", micro_batch=2, accum_steps=4)  # no synthetic row at 2x4
     fewer_threads = cell(input="loader", loader_workers=1, micro_batch=8, accum_steps=1)
     synthetic_8x1 = cell(micro_batch=8, accum_steps=1)
-    assert synthetic_baseline_id(loader) == synthetic.cell_id
-    for c, rate, threads in ((synthetic, "100.0", "2"), (loader, "80.0", "2"), (orphan, "50.0", "2"),
+    for c, rate, threads in ((loader, "80.0", "2"), (orphan, "50.0", "2"), (synthetic, "100.0", "2"),
                              (synthetic_8x1, "90.0", "2"), (fewer_threads, "70.0", "1")):
-        runs.write({"cell_id": c.cell_id, "status": "ok", "samples_per_s": rate, "cpu_threads": threads})
-    fill_synthetic_samples_per_s([synthetic, loader, orphan, synthetic_8x1, fewer_threads], runs)
-    by_id = {row["cell_id"]: row for row in runs.rows()}
-    assert by_id[loader.cell_id]["synthetic_samples_per_s"] == "100.0"
-    assert by_id[orphan.cell_id]["synthetic_samples_per_s"] == ""
-    assert by_id[fewer_threads.cell_id]["synthetic_samples_per_s"] == ""  # not comparable: 1 thread against 2
-    assert by_id[synthetic.cell_id]["synthetic_samples_per_s"] == ""
+        runs.write({"cell_id": c.cell_id, **c.to_dict(), "status": "ok", "samples_per_s": rate, "cpu_threads": threads})
+    synthetic_rate = read_runs(runs.path).set_index("cell_id").synthetic_samples_per_s
+    assert synthetic_rate[loader.cell_id] == 100.0
+    # None at 2x4; 1 thread is not comparable with 2; a synthetic row has no reference
+    assert synthetic_rate[[orphan.cell_id, fewer_threads.cell_id, synthetic.cell_id]].isna().all()
 
 
 # ---------------------------------------------------------------- bad input

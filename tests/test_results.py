@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
-from conftest import read_rows
+from conftest import REPO
 
 import bench.results.read
+from bench.results.read import file_schema, read_runs
+from bench.results.rows import checked
 from bench.results.store import ResultsFileError, RunsFile
 
 OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
 NEW = {**OLD, "world_size": "axis added later", "allreduce_ms": "measurement added later"}
 
 
-def test_an_older_file_reads_with_new_axes_at_their_default_and_is_upgraded_on_write(tmp_path, monkeypatch):
+def test_an_older_file_reads_with_new_axes_at_their_default_and_is_never_rewritten(tmp_path, monkeypatch):
     monkeypatch.setattr(bench.results.read, "extra_axis_defaults", lambda: {"world_size": 1})
     path = tmp_path / "runs.csv"
     RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
+    before = path.read_bytes()
 
-    runs = RunsFile(path, NEW)
+    runs = RunsFile(path, NEW, history=True)
     assert runs.rows() == [{"cell_id": "a", "status": "ok", "samples_per_s": "10.5",
                             "world_size": "1", "allreduce_ms": ""}]
-    runs.write({"cell_id": "b", "status": "ok", "samples_per_s": 9.0, "world_size": 2, "allreduce_ms": 1.5})
-    assert path.read_text().splitlines()[0] == ",".join(NEW)
-    assert [(row["cell_id"], row["world_size"]) for row in read_rows(path)] == [("a", "1"), ("b", "2")]
+    with pytest.raises(ResultsFileError, match=f"^{path}: written by an earlier version .* lacks 2 of today's "
+                                               "columns, e.g. world_size.*move it aside"):
+        runs.write({"cell_id": "b", "status": "ok", "samples_per_s": 9.0, "world_size": 2, "allreduce_ms": 1.5})
+    assert path.read_bytes() == before
+
+
+def test_a_computed_file_of_an_older_schema_is_recomputed_with_todays_header(tmp_path):
+    path = tmp_path / "runs.csv"
+    RunsFile(path, OLD, history=False).write({"cell_id": "a", "status": "estimated", "samples_per_s": 10.5})
+    RunsFile(path, NEW, history=False).write({"cell_id": "a", "status": "estimated", "samples_per_s": 9.0})
+    assert path.read_text().splitlines() == [",".join(NEW), "a,estimated,9.0,,"]
 
 
 def test_a_file_with_a_column_this_version_does_not_know_is_refused(tmp_path):
@@ -30,3 +43,49 @@ def test_a_file_with_a_column_this_version_does_not_know_is_refused(tmp_path):
     RunsFile(path, NEW).write({"cell_id": "a", "status": "ok"})
     with pytest.raises(ResultsFileError, match="'world_size' is not in this version's schema"):
         RunsFile(path, OLD).rows()
+
+
+COMMITTED = sorted((REPO / "results").glob("*/*/runs.csv"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.parent.name}/{p.parent.name}" for p in COMMITTED])
+def test_a_committed_files_kind_follows_from_its_header_and_fits_its_rows(path):
+    schema = file_schema(path)
+    statuses = set(read_runs(path, schema.columns).status)
+    assert statuses <= set(schema.statuses), (schema.kind, statuses)  # no computed file holds an ok row
+    said = "predicted" if "predicted" in statuses else "estimated" if "estimated" in statuses else "measured"
+    assert schema.kind == said or (schema.kind, said) == ("autotune", "estimated")
+
+
+def test_report_tells_rows_by_their_header_not_by_the_folder_they_lie_in(tmp_path, capsys):
+    from bench.cli import main
+
+    predicted = tmp_path / "resnet50" / "cpu-renamed"
+    predicted.mkdir(parents=True)
+    shutil.copy(REPO / "results" / "resnet50" / "predicted" / "runs.csv", predicted / "runs.csv")
+    assert main(["report", str(predicted)]) == 2
+    assert "predicted rows (bench predict)" in capsys.readouterr().err
+    estimates = tmp_path / "resnet50" / "predicted"  # estimates in a folder named as a prediction's
+    estimates.mkdir()
+    shutil.copy(REPO / "results" / "resnet50" / "estimate" / "runs.csv", estimates / "runs.csv")
+    assert main(["report", str(estimates)]) == 0
+    assert (estimates / "memory_estimate.png").is_file()
+    answers = tmp_path / "claims_autotune" / "estimate"  # the auto-tuner's answers: no chart, no report
+    answers.mkdir(parents=True)
+    shutil.copy(REPO / "results" / "claims_autotune" / "estimate" / "runs.csv", answers / "runs.csv")
+    assert main(["report", str(answers)]) == 2
+    assert "bench claims reads them" in capsys.readouterr().err and sorted(answers.iterdir()) == [answers / "runs.csv"]
+
+
+@pytest.mark.parametrize(("kind", "status"), [("measured", "estimated"), ("measured", "predicted"),
+                                              ("estimated", "ok"), ("predicted", "ok"), ("predicted", "estimated"),
+                                              ("autotune", "ok")])
+def test_no_row_is_built_with_another_kinds_outcome(kind, status):
+    with pytest.raises(ValueError, match=f"row cannot have status '{status}'"):
+        checked(kind, {"cell_id": "a", "status": status})
+
+
+def test_no_row_is_built_with_a_column_its_kind_does_not_declare():
+    assert checked("predicted", {"cell_id": "a", "gpu": "L4", "status": "predicted"})["gpu"] == "L4"
+    with pytest.raises(ValueError, match=r"a measured row has undeclared columns: \['gpu'\]"):
+        checked("measured", {"cell_id": "a", "gpu": "L4", "status": "ok"})

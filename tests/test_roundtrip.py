@@ -27,7 +27,7 @@ from bench.grid.cell import (
 from bench.grid.spec import MAX_PAIR_VALUE, load_grid
 from bench.measure.device import DeviceInfo
 from bench.results.read import read_runs, records
-from bench.results.schema import config_columns
+from bench.results.rows import config_columns
 from bench.results.store import RunsFile
 
 SMOKE = (REPO / "experiments" / "smoke.toml").read_text()

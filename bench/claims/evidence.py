@@ -22,13 +22,8 @@ from typing import Literal
 
 import pandas as pd
 
-from bench.claims.autotune import AUTOTUNE_COLUMNS
-from bench.claims.autotune import EXPERIMENT as AUTOTUNE_EXPERIMENT
 from bench.equivalence.study import CSV_NAME as EQUIVALENCE_CSV
-from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
-from bench.results.read import read_runs, read_text
-from bench.results.schema import COLUMNS, Column
-from bench.speed.predict import PREDICTED_FOLDER
+from bench.results.read import file_schema, read_runs, read_text
 
 Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic", "torch"]
 ROWLESS: tuple[Source, ...] = ("arithmetic", "torch")
@@ -106,7 +101,7 @@ def check_runs_files(paths: list[Path]) -> None:
     """Read every runs file the claims may use, each against its schema: a corrupt one is one line now,
     before minutes of estimating and evaluating."""
     for runs in paths:
-        read_text(runs, _schema(runs))
+        read_text(runs, file_schema(runs).columns)
 
 
 def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
@@ -121,12 +116,13 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
         return _equivalence_rows(results_root)
     found: dict[Source, Rows] = {}
     for runs in sorted(Path(results_root, experiment).glob("*/runs.csv")):
-        if runs.parent.name == PREDICTED_FOLDER:  # the throughput model's rows: no claim reads a prediction
+        schema = file_schema(runs)
+        if schema.kind == "predicted":  # the throughput model's rows: no claim reads a prediction
             continue
-        frame = read_runs(runs, _schema(runs))
+        frame = read_runs(runs, schema.columns)
         if frame.empty:
             continue
-        source: Source = "estimate" if runs.parent.name == "estimate" else str(frame.device_type.iloc[0])
+        source: Source = "estimate" if schema.kind in ("estimated", "autotune") else str(frame.device_type.iloc[0])
         found.setdefault(source, Rows(source, runs.parent, frame))
     return found
 
@@ -140,13 +136,6 @@ def _equivalence_rows(results_root: Path) -> dict[Source, Rows]:
         frame["error_message"] = frame.reason.where(frame.status != "ok", "").fillna("")
         return {"equivalence": Rows("equivalence", table.parent, frame)}
     return {}
-
-
-def _schema(runs: Path) -> dict[str, Column]:
-    """The columns of a claims rows file: autotune answers, estimates, or measured rows."""
-    if runs.parent.parent.name == AUTOTUNE_EXPERIMENT:
-        return AUTOTUNE_COLUMNS
-    return ESTIMATE_COLUMNS if runs.parent.name == ESTIMATE_FOLDER else COLUMNS
 
 
 # Readings of one row, shared by the claims.

@@ -23,18 +23,21 @@ def build_reports(args: argparse.Namespace) -> int:
     require_folders(args.folders)
     from bench.equivalence.study import CSV_NAME  # late: matplotlib only here
     from bench.equivalence.table import write_study_tables
-    from bench.memory.estimate_grid import ESTIMATE_FOLDER
     from bench.report import build_report
     from bench.report.estimate_chart import write_estimate_chart
-    from bench.speed.predict import PREDICTED_FOLDER
+    from bench.results.read import file_schema
 
     for folder in args.folders:
-        if folder.name == PREDICTED_FOLDER:
+        kind = file_schema(folder / "runs.csv").kind  # what the rows are, from the file's header
+        if kind == "predicted":
             raise ResultsFileError(f"{folder}: predicted rows (bench predict), not measurements: nothing to report; "
                                    "bench predict writes their accumulation.csv, bench cost prices them")
+        if kind == "autotune":
+            raise ResultsFileError(f"{folder}: the estimator's largest batches for the claims table, not "
+                                   "measurements: nothing to report; bench claims reads them")
         if (folder / CSV_NAME).is_file():  # an equivalence study's folder holds its CSV, not a runs file
             written = write_study_tables(folder)
-        elif folder.name == ESTIMATE_FOLDER:  # estimates: their chart (no report: nothing was measured)
+        elif kind == "estimated":  # estimates: their chart (no report: nothing was measured)
             written = [write_estimate_chart(folder)]
         else:
             written = build_report(folder)

@@ -73,8 +73,9 @@ def _gpus(keys: list[str]) -> tuple[str, ...] | None:
 
 def _predict(args: argparse.Namespace) -> int:
     from bench.results.read import read_runs, records
+    from bench.results.schema import PREDICTED_COLUMNS
     from bench.speed.params import load_model_file
-    from bench.speed.predict import PREDICTED_COLUMNS, accumulation_loss, describe_prediction, predict_grid
+    from bench.speed.predict import accumulation_loss, describe_prediction, predict_grid
 
     gpus = _gpus(args.gpu)
     grids = [_only(load_grid(path, "cuda"), args.only) for path in args.files]  # every file validated first

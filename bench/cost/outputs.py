@@ -27,8 +27,7 @@ from bench.cost.plan import Plan
 from bench.cost.price import Assumptions, CostLine, CostTable, MeasuredRow, Workload
 from bench.errors import ResultsFileError
 from bench.results.markdown import markdown_table
-from bench.results.read import read_runs, records
-from bench.results.schema import COLUMNS as RUNS_COLUMNS
+from bench.results.read import file_schema, read_runs, records
 from bench.units import GIB, gib, percent
 
 # The header of cost.csv comes from this list. Units are in the names.
@@ -85,16 +84,8 @@ def load_ok_rows(folder: Path) -> list[MeasuredRow]:
     if not runs.is_file():
         raise ResultsFileError(f"{folder}: no runs.csv here; pass a results folder such as "
                                f"results/<experiment>/<device-tag>")
-    rows = read_runs(runs, _runs_schema(runs))
+    rows = read_runs(runs, file_schema(runs).columns)  # the runner's, or a prediction's (`bench predict`)
     return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status.isin(("ok", "predicted"))])]
-
-
-def _runs_schema(runs: Path) -> dict:
-    """The schema of a runs file: the runner's, or the predictions' (a superset, `bench predict`)."""
-    if runs.parent.name != "predicted":
-        return RUNS_COLUMNS
-    from bench.speed.predict import PREDICTED_COLUMNS  # late: fake tensors only for predicted folders
-    return PREDICTED_COLUMNS
 
 
 def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost] | None = None, *,

@@ -1,9 +1,9 @@
 """A grid's estimates: one row per cell in `results/<experiment>/estimate/runs.csv`.
 
 The rows carry the runner's columns (`bench.results.schema.COLUMNS`, built by the same
-`memory_columns`) with status `estimated`, plus the few in `ESTIMATE_COLUMNS` that only an
-estimate has. Reports, `bench cost` and `bench plan` read status-ok rows only, so an estimate is
-never mistaken for a measurement.
+`bench.results.rows.memory_columns`) with status `estimated`, plus the few that only an estimate has
+(`bench.results.schema.ESTIMATE_COLUMNS`). Reports, `bench cost` and `bench plan` read status-ok
+rows only, so an estimate is never mistaken for a measurement.
 """
 
 from __future__ import annotations
@@ -30,32 +30,12 @@ from bench.memory.estimate import (
 from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
 from bench.results.provenance import provenance, utc_now
-from bench.results.schema import (
-    COLUMNS,
-    Column,
-    config_columns,
-    failure_from,
-    memory_columns,
-)
+from bench.results.rows import cell_row, failure_from, memory_columns
+from bench.results.schema import ESTIMATE_COLUMNS
 from bench.results.store import RunsFile, results_folder
 from bench.units import gib
 
 ESTIMATE_FOLDER = "estimate"
-ESTIMATE_COLUMNS: dict[str, Column] = {
-    **COLUMNS,
-    "estimate_inputs_bytes": Column("int", "input micro-batch on the device (in peak_allocated_bytes, not in "
-                                           "peak_tracked_bytes)"),
-    "estimate_workspace_bytes": Column("int", "cuBLAS/cuBLASLt workspace allowance in peak_allocated_bytes "
-                                              "(CUDA estimates)"),
-    "tracked_autocast_cache_bytes": Column("int", "autocast's low-precision weight copies (its weight-cast cache) at the "
-                                                  "traced peak: a category of its own, inside peak_tracked_bytes and "
-                                                  "activations_peak_bytes, not inside tracked_activations_bytes"),
-    "estimate_attention": Column("str", "the attention kernel the estimate assumed: eager (probabilities kept), "
-                                        "flash or efficient (CUDA SDPA's fused kernels), math, or cpu"),
-    "fits_gpus": Column("str", "catalog GPUs (bench/data/gpus.csv) whose memory holds peak_reserved_bytes + the "
-                               "cost planner's headroom; ';'-separated, CUDA estimates only"),
-    "estimate_method": Column("str", "what the estimate models and what it does not"),
-}
 
 
 def estimate_device(target: Target) -> DeviceInfo:
@@ -107,7 +87,8 @@ def estimated_row(cell: Cell, target: Target, models: FakeModels | None = None) 
     return row
 
 
-_ROWS = DiskCache("estimate-rows", sources=(*ESTIMATOR_SOURCES, "memory/estimate_grid.py", "results/schema.py"))
+_ROWS = DiskCache("estimate-rows", sources=(*ESTIMATOR_SOURCES, "memory/estimate_grid.py", "results/rows.py",
+                                            "results/schema.py"))
 
 
 def repeat_micro_steps(traced: TracedStep, accum_steps: int) -> TracedStep:
@@ -158,8 +139,8 @@ def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, i
             outcome = estimated_row(cell, target, models)
         except Exception as exc:  # noqa: BLE001 - a cell that cannot be estimated is a row, not a stop
             outcome = failure_from(exc)
-        row = {**config_columns(cell, device), "device_tag": ESTIMATE_FOLDER, **stamp, **outcome,
-               "started_utc": started, "duration_s": round(time.monotonic() - began, 3)}
+        row = cell_row("estimated", cell, device, stamp, outcome, device_tag=ESTIMATE_FOLDER, started_utc=started,
+                       duration_s=round(time.monotonic() - began, 3))
         runs.write(row)
         if on_row:
             on_row(row, index, len(grid.cells))

@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.memory.estimate_grid import ESTIMATE_COLUMNS, ESTIMATE_FOLDER
+from bench.memory.estimate_grid import ESTIMATE_FOLDER
 from bench.report.charts import CHARTS
 from bench.report.input_pipeline import (
     INPUT_CHART,
@@ -28,6 +28,7 @@ from bench.report.tables import (
 )
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs
+from bench.results.schema import ESTIMATE_COLUMNS
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
 _PNG_METADATA = {"Software": None}

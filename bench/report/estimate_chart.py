@@ -18,11 +18,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.measure.hardware import gpu_keys, gpu_spec  # noqa: E402
-from bench.memory.estimate_grid import ESTIMATE_COLUMNS  # noqa: E402
 from bench.report.charts import CHECKPOINT_STYLES, model_title, models  # noqa: E402
 from bench.report.rows import PRECISION_ORDER, ordered  # noqa: E402
 from bench.results.keys import SPLIT, configuration_key, key_columns, varying  # noqa: E402
 from bench.results.read import read_runs  # noqa: E402
+from bench.results.schema import ESTIMATE_COLUMNS  # noqa: E402
 from bench.units import GIB  # noqa: E402
 
 CHART_NAME = "memory_estimate.png"

@@ -32,7 +32,7 @@ import pandas as pd
 from bench.errors import ResultsFileError
 from bench.grid.cell import CELL_ID_MAX_CHARS, extra_axis_defaults
 from bench.results.derived import derive
-from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, STATUSES, Column
+from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, STATUSES, Column, RowSchema, schema_for_header
 
 _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "str", "json": "str"}
 CELL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{CELL_ID_MAX_CHARS - 1}}}$")
@@ -103,6 +103,22 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
     except csv.Error as exc:
         raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); {SET_ASIDE_HINT}") from None
     return RunsText(header, rows, data[cut:])
+
+
+def file_schema(path: Path) -> RowSchema:
+    """The kind of rows the runs file at `path` holds, told by its header (`schema_for_header`), never by the folder
+    it lies in; the runner's for a file that is missing or whose first line cannot be read (its reader says why)."""
+    try:
+        with Path(path).open("rb") as handle:
+            first = handle.readline(MAX_HEADER_BYTES).decode("utf-8-sig")
+        header = next(csv.reader([first]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        header = []
+    return schema_for_header(header)
+
+
+MAX_HEADER_BYTES = 64 * 2**10
+"""More than any schema's header (a few KiB): a first line longer than this is no header."""
 
 
 def check_row(row: dict[str, str], columns: dict[str, Column], where: str) -> None:

@@ -1,34 +1,20 @@
-"""The row schema: every column of a runs file with its type and meaning, and the builders of a row.
+"""The row schemas: every column of every kind of row a runs file holds, with its type and meaning.
 
-A row is assembled from parts, each built in one place here: the configuration and device
-(`config_columns`), what the memory trace and the allocator showed (`memory_columns`, shared by
-the runner and the estimator), the timed steps (`throughput_columns`), and a failure
-(`failure`, `failure_from`). The CSV header comes from `COLUMNS`, never from a row; units are in
-the names. The configuration columns derive from `bench.grid.cell.Cell`, so a new axis is a new
-column without an edit here.
+`COLUMNS` are the runner's (a measured row); an estimate's, a prediction's and the auto-tuner
+answers' extend or stand beside them, and `SCHEMAS` names each kind with the statuses its rows may
+have. The CSV header comes from these lists, never from a row; units are in the names. The
+configuration columns derive from `bench.grid.cell.Cell`, so a new axis is a new column without an
+edit here. Rows are assembled in one place, `bench.results.rows`.
 """
 
 from __future__ import annotations
 
-import json
 import typing
 from dataclasses import dataclass
 from typing import Literal
 
-from bench.grid.cell import Cell, extra_axis_defaults, field_docs, field_types
-from bench.measure.device import DeviceInfo
-from bench.measure.failure import first_line, is_out_of_memory
-from bench.measure.flops import FlopsPerSample
-from bench.measure.input_pipeline import (
-    LoaderAlone,
-    ProcessMemory,
-    input_wait,
-    is_input_bound,
-)
-from bench.measure.memory import TracedStep
-from bench.measure.peak import PeakFlops
-from bench.measure.timing import summarize_step_times
-from bench.measure.utilization import samples_per_s, utilization_pct
+from bench.grid.cell import extra_axis_defaults, field_docs, field_types
+from bench.results.provenance import PROVENANCE_COLUMNS
 
 ColumnType = Literal["str", "int", "float", "bool", "json"]
 Status = Literal["ok", "oom", "error", "timeout", "skipped", "estimated", "predicted"]
@@ -156,8 +142,9 @@ COLUMNS: dict[str, Column] = {
                                      "rank sets each step)"),
     "global_samples_per_s": Column("float", "global_batch / median step time: all processes together"),
     "scaling_efficiency": Column("float", "global_samples_per_s / (world_size x samples_per_s of the 1-process ok "
-                                          "row of the same configuration in this runs file, filled when the grid "
-                                          "ends); empty for 1 process or when that row is missing"),
+                                          "row of the same configuration in this runs file), computed when the "
+                                          "file is read (bench.results.derived; never written); empty for 1 "
+                                          "process or when that row is missing"),
     "allreduce_calls_per_step": Column("float", "gradient-bucket all-reduces per optimizer step (DDP comm hook), "
                                                 "per rank"),
     "synced_backwards_per_step": Column("float", "backward passes that all-reduced per optimizer step: 1 with "
@@ -183,7 +170,8 @@ COLUMNS: dict[str, Column] = {
     "loader_cpu_ms_per_sample": Column("float", "CPU time (user + system) of the training process and its workers "
                                                 "per sample while the loader ran alone: the feeding cost per sample"),
     "synthetic_samples_per_s": Column("float", "samples_per_s of the same configuration's synthetic-input ok row in "
-                                               "this runs file, filled when the grid ends; empty when there is none"),
+                                               "this runs file, computed when the file is read (bench.results."
+                                               "derived; never written); empty when there is none"),
     "host_rss_main_bytes": Column("int", "resident memory of the training process after the timed steps"),
     "host_rss_workers_bytes": Column("int", "resident memory of the loader workers, summed (shared pages counted in "
                                             "each)"),
@@ -200,117 +188,106 @@ COLUMNS: dict[str, Column] = {
     "data_seed": Column("int", "seed of the generated set; empty for a --data-dir"),
 }
 
+ESTIMATE_COLUMNS: dict[str, Column] = {
+    **COLUMNS,
+    "estimate_inputs_bytes": Column("int", "input micro-batch on the device (in peak_allocated_bytes, not in "
+                                           "peak_tracked_bytes)"),
+    "estimate_workspace_bytes": Column("int", "cuBLAS/cuBLASLt workspace allowance in peak_allocated_bytes "
+                                              "(CUDA estimates)"),
+    "tracked_autocast_cache_bytes": Column("int", "autocast's low-precision weight copies (its weight-cast cache) at the "
+                                                  "traced peak: a category of its own, inside peak_tracked_bytes and "
+                                                  "activations_peak_bytes, not inside tracked_activations_bytes"),
+    "estimate_attention": Column("str", "the attention kernel the estimate assumed: eager (probabilities kept), "
+                                        "flash or efficient (CUDA SDPA's fused kernels), math, or cpu"),
+    "fits_gpus": Column("str", "catalog GPUs (bench/data/gpus.csv) whose memory holds peak_reserved_bytes + the "
+                               "cost planner's headroom; ';'-separated, CUDA estimates only"),
+    "estimate_method": Column("str", "what the estimate models and what it does not"),
+}
+"""An estimate's row (`bench estimate`, status estimated): the runner's columns, the peak computed on fake tensors,
+and what only an estimate has."""
+
+PREDICTED_COLUMNS: dict[str, Column] = {
+    **ESTIMATE_COLUMNS,
+    "gpu": Column("str", "catalog key of the GPU predicted for (bench/data/gpus.csv)"),
+    "predicted_step_time_ms": Column("float", "predicted optimizer step: max(GPU time, host dispatch time)"),
+    "predicted_gpu_ms": Column("float", "sum of the ops' roofline times and per-kernel costs"),
+    "predicted_host_ms": Column("float", "ops dispatched x the host's measured cost per op"),
+    "predicted_compute_ms": Column("float", "time of the ops bound by tensor work (FLOPs over peak, whole waves)"),
+    "predicted_memory_ms": Column("float", "time of the ops bound by memory bandwidth"),
+    "predicted_non_tensor_ms": Column("float", "time of the ops bound by non-tensor work (SMs x clock)"),
+    "predicted_kernel_overhead_ms": Column("float", "fixed per-kernel cost, all kernels"),
+    "predicted_bound": Column("str", "compute | memory | non-tensor | overhead (per-kernel cost or host dispatch): "
+                                     "what sets the predicted step"),
+    "samples_per_s_low": Column("float", "samples_per_s / the 90th percentile of predicted/measured in the "
+                                         "leave-one-GPU-out validation of this kind of GPU"),
+    "samples_per_s_high": Column("float", "samples_per_s / the 10th percentile of the same"),
+    "speed_model_version": Column("str", "version of bench/data/speed_params.json"),
+    "speed_basis": Column("str", "predicted (model vX, leave-one-GPU-out on <kind> GPUs: median error Y %, p90 Z %)"),
+}
+"""A prediction's row (`bench predict`, status predicted), one per cell and GPU: an estimate's columns and the
+throughput model's."""
+
+AUTOTUNE_COLUMNS: dict[str, Column] = {
+    "cell_id": Column("str", "probe-<model>-<size>px-<precision>-<optimizer>-<gpu>"),
+    "gpu": Column("str", "catalog GPU key"), "model": Column("str"), "image_size": Column("int"),
+    "precision": Column("str"), "checkpointing": Column("str"), "optimizer": Column("str"),
+    "budget_bytes": Column("int", "the GPU's nominal memory"),
+    "largest_micro_batch": Column("int", "the estimator's largest micro-batch within the budget, no headroom"),
+    "fake_steps": Column("int", "estimator trials the search took"),
+    "status": Column("str", "estimated"), "error_message": Column("str"),
+    "device_type": Column("str"), "device_name": Column("str"),
+    "torch_version": Column("str"), "git_commit": Column("str"),
+    **{name: Column("bool" if name == "git_dirty" else "str") for name in PROVENANCE_COLUMNS
+       if name not in ("torch_version", "git_commit")},
+    "started_utc": Column("str"),
+}
+"""The memory estimator's largest micro-batch per (GPU, precision, checkpointing): seed 002's claims table
+(`bench.claims.autotune`)."""
+
+RowKind = Literal["measured", "estimated", "predicted", "autotune"]
+
+
+@dataclass(frozen=True)
+class RowSchema:
+    """A kind of row: its columns, the statuses its rows may have, what names a row, and how a file of them grows."""
+
+    kind: RowKind
+    columns: dict[str, Column]
+    statuses: tuple[Status, ...]
+    """Outcomes a row of this kind may have: a computed row is never `ok`, so never read as a measurement."""
+    key: tuple[str, ...] = ("cell_id",)
+    """The columns that name a row: a later row with the same values replaces it."""
+    history: bool = False
+    """Rows are appended, a replacing one too (a measurement is never overwritten); otherwise a file of computed
+    rows, recomputed whole, replaces a row in place."""
+
+
+FAILURES: tuple[Status, ...] = ("oom", "error", "skipped")
+SCHEMAS: dict[RowKind, RowSchema] = {
+    "measured": RowSchema("measured", COLUMNS, ("ok", *FAILURES, "timeout"), history=True),
+    "estimated": RowSchema("estimated", ESTIMATE_COLUMNS, ("estimated", *FAILURES)),
+    "predicted": RowSchema("predicted", PREDICTED_COLUMNS, ("predicted", *FAILURES), key=("cell_id", "gpu")),
+    "autotune": RowSchema("autotune", AUTOTUNE_COLUMNS, ("estimated",)),
+}
+"""Every kind of row a runs file holds. A file's kind follows from its header (`schema_for_header`), never from
+the folder it lies in."""
+
+
+def schema_for_header(header: list[str]) -> RowSchema:
+    """The kind of row a file with this header holds: the first schema of `SCHEMAS` that has every column of it
+    (an estimate's columns include the runner's, a prediction's an estimate's: each holds a column the one before
+    lacks); the runner's when none has them all, so the reader names the unknown column.
+
+    >>> schema_for_header(["cell_id", "status", "samples_per_s"]).kind
+    'measured'
+    >>> schema_for_header(["cell_id", "status", "estimate_method"]).kind, schema_for_header(["gpu", "speed_basis"]).kind
+    ('estimated', 'predicted')
+    >>> schema_for_header(["cell_id", "largest_micro_batch"]).kind
+    'autotune'
+    """
+    return next((schema for schema in SCHEMAS.values() if set(header) <= set(schema.columns)), SCHEMAS["measured"])
+
+
 REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs() if name not in extra_axis_defaults()),
                                      "device_type", "device_name", "status")
 """Columns every runs file has had since the first version: a file without one is not a runs file."""
-
-TRACKED_CATEGORIES = ("params", "buffers", "grads", "optimizer_state", "activations", "temporaries")
-"""MemTracker's categories as the `tracked_<name>_bytes` columns hold them."""
-
-
-def config_columns(cell: Cell, device: DeviceInfo) -> dict:
-    """The configuration and device columns every row carries, whatever its outcome."""
-    return {"cell_id": cell.cell_id, **cell.to_dict(), "effective_batch": cell.effective_batch,
-            "global_batch": cell.global_batch,
-            "device_type": device.type, "device_name": device.name, "device_tag": device.tag,
-            "cpu_threads": device.threads, "cpu_isa": " ".join(device.cpu.isa_flags) if device.cpu else None,
-            "cpu_cores": device.cpu.cores if device.cpu else None}
-
-
-def memory_columns(*, memory_source: str, traced: TracedStep, peak_allocated_bytes: int | None,
-                   peak_reserved_bytes: int | None, params_bytes: int, optimizer_state_bytes: int,
-                   param_count: int, peak_bytes: int | None = None) -> dict:
-    """What one cell's memory was: the peak, its parts, and the traced steps phase by phase.
-
-    `peak_bytes` is the row's headline peak; by default the allocator's peak where there is one
-    (CUDA), else the traced tensors' peak. Gradients come from the trace (the bytes after backward).
-    """
-    tracked_peak = traced.tracked_peak_bytes["total"]
-    if peak_bytes is None:
-        peak_bytes = peak_allocated_bytes if peak_allocated_bytes is not None else tracked_peak
-    static = {"params_bytes": params_bytes, "grads_bytes": traced.grads_bytes,
-              "optimizer_state_bytes": optimizer_state_bytes}
-    return {
-        "memory_source": memory_source,
-        "param_count": param_count,
-        "peak_memory_bytes": peak_bytes,
-        "peak_allocated_bytes": peak_allocated_bytes,
-        "peak_reserved_bytes": peak_reserved_bytes,
-        "peak_tracked_bytes": tracked_peak,
-        **static,
-        "activations_peak_bytes": peak_bytes - sum(static.values()),
-        "activations_saved_bytes": traced.activations_saved_bytes,
-        "untracked_bytes": None if peak_allocated_bytes is None else peak_allocated_bytes - tracked_peak,
-        **{f"tracked_{name}_bytes": traced.tracked_peak_bytes[name] for name in TRACKED_CATEGORIES},
-        "phase_memory": json.dumps([[p["phase"], p["micro_step"], p["allocated_bytes"]]
-                                    for p in traced.phases if p["step"] == 0]),
-        "step_memory": json.dumps([[p["step"], p["phase"], p["micro_step"], p["allocated_bytes"],
-                                    p["weights_version"]] for p in traced.phases]),
-        "kept_graph_nodes": json.dumps(traced.kept_graph_nodes),
-        "host_rss_bytes": json.dumps(traced.host_rss_bytes),
-        "grad_norm": traced.grad_norm,
-    }
-
-
-def throughput_columns(effective_batch: int, step_times_ms: list[float], flops: FlopsPerSample | None,
-                       peak: PeakFlops) -> dict:
-    """Step-time statistics, samples/s (one process's: effective_batch per step), FLOPs, MFU and HFU."""
-    stats = summarize_step_times(step_times_ms)
-    rate = samples_per_s(effective_batch, stats.median_ms)
-    return {
-        "step_times_ms": json.dumps([round(t, 4) for t in step_times_ms]),
-        "step_time_median_ms": stats.median_ms,
-        "step_time_p10_ms": stats.p10_ms,
-        "step_time_p90_ms": stats.p90_ms,
-        "step_time_ci95_low_ms": stats.ci95_low_ms,
-        "step_time_ci95_high_ms": stats.ci95_high_ms,
-        "step_time_ci95_rel": stats.ci95_rel,
-        "noisy": stats.noisy,
-        "samples_per_s": rate,
-        "model_flops_per_sample": flops.model if flops else None,
-        "hardware_flops_per_sample": flops.hardware if flops else None,
-        "peak_flops_per_s": peak.flops_per_s,
-        "peak_flops_source": peak.source,
-        "mfu_pct": utilization_pct(flops.model, rate, peak.flops_per_s) if flops else None,
-        "hfu_pct": utilization_pct(flops.hardware, rate, peak.flops_per_s) if flops else None,
-    }
-
-
-def input_columns(*, step_wait_ms: list[float], step_times_ms: list[float], effective_batch: int,
-                  loader: LoaderAlone, main: ProcessMemory, workers: list[ProcessMemory], pinned_peak_bytes: int,
-                  host_cpu_model: str, host_cpus: int, data: dict) -> dict:
-    """What a loader cell records beside the step: its input wait, the loader alone, host memory, the data set."""
-    wait = input_wait(step_wait_ms, step_times_ms, effective_batch)
-    pss = [m.pss_bytes for m in (main, *workers)]
-    return {
-        "input_wait_ms": json.dumps([round(w, 4) for w in step_wait_ms]),
-        "input_wait_median_ms": wait.median_ms,
-        "input_wait_p90_ms": wait.p90_ms,
-        "input_wait_pct": wait.pct,
-        "input_bound": is_input_bound(wait, loader),
-        "loader_samples_per_s": loader.samples_per_s,
-        "loader_samples_per_s_min": loader.samples_per_s_min,
-        "loader_samples_per_s_max": loader.samples_per_s_max,
-        "loader_cpu_ms_per_sample": loader.cpu_ms_per_sample,
-        "host_rss_main_bytes": main.rss_bytes,
-        "host_rss_workers_bytes": sum(m.rss_bytes or 0 for m in workers),
-        "host_pss_total_bytes": None if None in pss else sum(pss),
-        "pinned_peak_bytes": pinned_peak_bytes,
-        "host_cpu_model": host_cpu_model,
-        "host_cpus": host_cpus,
-        **data,
-    }
-
-
-def failure(status: Status, error_type: str, message: str) -> dict:
-    """The columns of a cell that produced no measurement, and why.
-
-    >>> failure("timeout", "Timeout", "no result within 5 s")["status"]
-    'timeout'
-    """
-    return {"status": status, "error_type": error_type, "error_message": message}
-
-
-def failure_from(exc: BaseException) -> dict:
-    """An exception as a row's outcome: `oom` when it is out-of-memory, else `error`."""
-    return failure("oom" if is_out_of_memory(exc) else "error", type(exc).__name__, first_line(exc))

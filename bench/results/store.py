@@ -4,14 +4,15 @@ Rows are appended with a single write and fsync, so killing a grid loses nothing
 a measured row that replaces an earlier one for the same cell (`--force`, `--retry-failed`) is
 appended too, and every reader takes a cell's last row, so a measurement once written is never
 overwritten. A runs file is written whole (through a temporary file of this process's own and an
-atomic rename) only when it is created or upgraded to today's header; files of computed rows
-(estimates, predictions) replace a row in place. Every write
+atomic rename) only when it is created; files of computed rows (estimates, predictions, recomputed
+whole each time) replace a row in place. Every write
 checks its result: a short write, a full or read-only disk or a permission error puts the file
 back as it was and raises `RowNotWritten`, which carries the row so the runner can print it.
 
 A file written by an earlier version, whose columns are a subset of today's, is read with
-the new columns filled in (`bench.results.read.read_text`) and rewritten with today's header
-on the next write.
+the new columns filled in (`bench.results.read.read_text`). A measurement is never appended to it
+(its header has no place for today's columns) nor is it rewritten: `bench run` refuses it before
+measuring (`RunsFile.refuse_older_schema`), naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -153,14 +154,29 @@ class RunsFile:
             raise ResultsFileError(f"{self.path}: a symbolic link (to {os.readlink(self.path)}); rows are written only "
                                    "to a regular runs file inside the results folder: put the file itself there")
 
+    def refuse_older_schema(self) -> None:
+        """A history file written by an earlier version cannot take today's rows and is never rewritten: refused
+        (`ResultsFileError`, one line) before anything is measured. Computed files (estimates, predictions) are
+        recomputed whole, so theirs is replaced."""
+        if not self.history or not self.path.exists():
+            return
+        header = self.header()
+        if header and header != self.columns:
+            missing = [name for name in self.columns if name not in header]
+            raise ResultsFileError(
+                f"{self.path}: written by an earlier version of bench (its header lacks {len(missing)} of today's "
+                f"columns, e.g. {missing[0]}); rows are appended to a runs file, never rewritten: move it aside "
+                f"(e.g. to {self.path.name}.v{len(header)}) to measure into a new one")
+
     def write(self, row: dict) -> None:
         """Append `row`; a row of a key already there replaces it, appended (`history`: every reader takes a key's
-        last row) or in place. `RowNotWritten` if the disk refuses. A history file is written whole only when it is
-        created or carries an older schema's header."""
+        last row) or in place. `RowNotWritten` if the disk refuses; `ResultsFileError` for a history file of an
+        earlier version's header (`refuse_older_schema`). A history file is written whole only when it is created."""
         unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
         self.refuse_links()
+        self.refuse_older_schema()
         note = self.repair_torn_tail()
         if note:
             print(note, file=sys.stderr)
@@ -170,8 +186,8 @@ class RunsFile:
         try:
             if not self.history and any(tuple(old[column] for column in self.key) == name for old in existing):
                 self._rewrite([old for old in existing if tuple(old[column] for column in self.key) != name] + [row])
-            elif not self.path.exists() or current.header != self.columns:  # a new file, or an older schema's
-                self._rewrite(existing + [row])
+            elif not self.path.exists() or current.header != self.columns:  # a new file, or a computed file's
+                self._rewrite(existing + [row])                                 # older schema (refused above otherwise)
             else:  # a cell's new row, or its replacement: appended, and the reader takes a cell's last row
                 self._append(_csv_text([row], self.columns))
         except OSError as exc:

@@ -17,7 +17,6 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import replace
 from typing import Iterator, Protocol, Sequence
 
 import numpy as np
@@ -26,7 +25,6 @@ from torch.utils.data import DataLoader
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from bench.grid.cell import Cell
-from bench.grid.spec import synthetic_input_default
 from bench.measure.cpu import cpu_model_name
 from bench.measure.input_pipeline import (
     LoaderAlone,
@@ -35,8 +33,7 @@ from bench.measure.input_pipeline import (
     process_memory,
     usable_cpus,
 )
-from bench.results.schema import input_columns
-from bench.results.store import RunsFile
+from bench.results.rows import input_columns
 from bench.train.data import (
     Augment,
     CorruptImageError,
@@ -279,24 +276,3 @@ def open_input(cell: Cell, device: torch.device, data: ImageData | None = None) 
         yield source
     finally:
         source.close()
-
-
-def synthetic_baseline_id(cell: Cell) -> str:
-    """The id of the same configuration with synthetic input: the loader row's point of comparison."""
-    return synthetic_input_default(replace(cell, input="synthetic")).cell_id
-
-
-def fill_synthetic_samples_per_s(cells: Sequence[Cell], runs: RunsFile) -> None:
-    """Every loader ok row of `cells` gets its configuration's synthetic samples/s, as the runs file
-    holds them now (whatever order the cells ended in); empty when that row is missing or failed, or
-    trained with another number of CPU threads (on a CPU a loader cell gives its workers threads)."""
-    by_id = {row["cell_id"]: row for row in runs.rows()}
-    for cell in cells:
-        row, baseline = by_id.get(cell.cell_id), by_id.get(synthetic_baseline_id(cell))
-        if cell.input == "synthetic" or row is None or row["status"] != "ok":
-            continue
-        comparable = (baseline is not None and baseline["status"] == "ok"
-                      and baseline["cpu_threads"] == row["cpu_threads"])
-        rate = baseline["samples_per_s"] if comparable else ""
-        if row["synthetic_samples_per_s"] != rate:
-            runs.write({**row, "synthetic_samples_per_s": rate})

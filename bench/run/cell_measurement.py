@@ -35,7 +35,7 @@ from bench.measure.memory import (
 from bench.measure.host import QuietPolicy, foreign_load_cores, loaded, read_load
 from bench.measure.peak import PeakFlops, reference_flops_per_s
 from bench.measure.timing import TimingPolicy, time_until_stable, warm_up
-from bench.results.schema import (
+from bench.results.rows import (
     failure,
     failure_from,
     memory_columns,

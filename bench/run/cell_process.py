@@ -19,7 +19,7 @@ import time
 from bench.isolation import fork_server
 from bench.measure.host import cpu_times, load_average_1m, machine_cpus, steal_pct, wait_for_quiet
 from bench.results.provenance import utc_now
-from bench.results.schema import failure
+from bench.results.rows import failure
 from bench.run.cell_measurement import CellTask, child_main, host_threads
 from bench.run.ddp_launch import run_distributed, single_process_columns
 

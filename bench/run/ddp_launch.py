@@ -17,16 +17,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 import bench
-from bench.grid.cell import Cell
 from bench.measure.cpu import thread_budget
 from bench.measure.utilization import samples_per_s
-from bench.results.schema import failure, throughput_columns
+from bench.results.rows import failure, throughput_columns
 from bench.run.cell_measurement import CellTask
 
 _LOG_TAIL_CHARS = 400
@@ -167,20 +165,6 @@ def single_process_columns(outcome: dict) -> dict:
     peak = outcome["peak_memory_bytes"]
     return {**outcome, "peak_memory_max_rank_bytes": peak, "peak_memory_min_rank_bytes": peak,
             "global_samples_per_s": outcome["samples_per_s"]}
-
-
-def baseline_cell_id(cell: Cell) -> str:
-    """The 1-process cell of the same configuration: the reference of `scaling_efficiency`."""
-    return replace(cell, world_size=1, ddp_sync="no_sync").cell_id
-
-
-def scaling_efficiency(global_samples_per_s: float, world_size: int, baseline_samples_per_s: float) -> float:
-    """Global samples/s over N x the 1-process samples/s of the same configuration.
-
-    >>> scaling_efficiency(180.0, 2, 100.0)
-    0.9
-    """
-    return global_samples_per_s / (world_size * baseline_samples_per_s)
 
 
 def _max_or_none(values) -> int | None:

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Literal, Protocol, Sequence
 from bench.errors import MissingExtra
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceChoice, DeviceInfo, detect_device
-from bench.results.schema import failure
+from bench.results.rows import failure
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_cell
 

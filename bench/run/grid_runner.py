@@ -25,11 +25,9 @@ from bench.measure.host import QuietPolicy
 from bench.measure.peak import ensure_peak
 from bench.measure.timing import TimingPolicy
 from bench.results.provenance import provenance
-from bench.results.schema import config_columns
+from bench.results.rows import cell_row
 from bench.results.store import RowNotWritten, RunsFile, preflight, results_folder
-from bench.run.cell_input import fill_synthetic_samples_per_s
 from bench.run.cell_measurement import CellTask
-from bench.run.ddp_launch import baseline_cell_id, scaling_efficiency
 from bench.run.executors import ExecutorName, SlurmOptions, make_executor
 from bench.train.data import ImageData, open_data
 
@@ -162,6 +160,7 @@ def _run_grid(grid: Grid, device: DeviceInfo, options: RunOptions, on_row: Calla
     todo = cells_to_run(grid, existing_rows(grid, device, options), options)  # a corrupt file stops the grid here
     if todo:
         runs.refuse_links()
+        runs.refuse_older_schema()  # an earlier version's file takes no appends and is never rewritten
         preflight(folder)  # a folder that cannot take rows fails before anything is measured
         note = runs.repair_torn_tail()
         if note:
@@ -180,28 +179,12 @@ def _run_grid(grid: Grid, device: DeviceInfo, options: RunOptions, on_row: Calla
     finished = executor.run(tasks, options.timeout_s or grid.run.timeout_s, on_start)
     with contextlib.closing(finished):  # an interrupted grid stops (or cancels) what still runs
         for index, (task, outcome) in enumerate(finished):
-            row = {**config_columns(task.cell, device), **stamp, **outcome}
+            row = cell_row("measured", task.cell, device, stamp, outcome)
             write_or_show(runs, row)
             if on_row:
                 on_row(row, index, len(todo))
-    fill_scaling_efficiency(grid.cells, runs)
-    fill_synthetic_samples_per_s(grid.cells, runs)
     by_id = {row["cell_id"]: row for row in runs.rows()}
     return [by_id[cell.cell_id] for cell in grid.cells if cell.cell_id in by_id]
-
-
-def fill_scaling_efficiency(cells: Sequence[Cell], runs: RunsFile) -> None:
-    """Every multi-process ok row of `cells` against its configuration's 1-process ok row, as the
-    runs file holds them now: whatever order the cells ended in (SLURM jobs, a resumed grid)."""
-    by_id = {row["cell_id"]: row for row in runs.rows()}
-    for cell in cells:
-        row, baseline = by_id.get(cell.cell_id), by_id.get(baseline_cell_id(cell))
-        if cell.world_size == 1 or row is None or row["status"] != "ok":
-            continue
-        efficiency = ("" if baseline is None or baseline["status"] != "ok" else str(scaling_efficiency(
-            float(row["global_samples_per_s"]), cell.world_size, float(baseline["samples_per_s"]))))
-        if row["scaling_efficiency"] != efficiency:
-            runs.write({**row, "scaling_efficiency": efficiency})
 
 
 def write_or_show(runs: RunsFile, row: dict) -> None:

@@ -1,7 +1,8 @@
 """Predicted speed of a cell on a catalog GPU, and a grid's predictions as rows.
 
 Rows go to `results/<experiment>/predicted/runs.csv`, one per cell and GPU, status `predicted`:
-the estimator's columns (memory, from the same fake trace) plus `PREDICTED_COLUMNS`. Reports
+the estimator's columns (memory, from the same fake trace) plus the throughput model's
+(`bench.results.schema.PREDICTED_COLUMNS`). Reports
 never mistake them for measurements (they read status ok); `bench cost` and `bench plan` price
 them with the basis `predicted`, and a measured row of the same configuration wins.
 
@@ -35,12 +36,13 @@ from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import Estimate, FakeModels, whole_segments
-from bench.memory.estimate_grid import ESTIMATE_COLUMNS, estimate_device, estimate_row
+from bench.memory.estimate_grid import estimate_device, estimate_row
 from bench.memory.fit import memory_fit
 from bench.memory.probe import estimated_peak_bytes
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
-from bench.results.schema import Column, config_columns, failure, failure_from
+from bench.results.rows import cell_row, failure, failure_from
+from bench.results.schema import PREDICTED_COLUMNS
 from bench.results.store import RunsFile
 from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, StepTime, gpu_rates, step_time
@@ -48,24 +50,6 @@ from bench.speed.params import ModelFile, load_model_file
 from bench.speed.trace import StepOps, trace_cell
 
 PREDICTED_FOLDER = "predicted"
-PREDICTED_COLUMNS: dict[str, Column] = {
-    **ESTIMATE_COLUMNS,
-    "gpu": Column("str", "catalog key of the GPU predicted for (bench/data/gpus.csv)"),
-    "predicted_step_time_ms": Column("float", "predicted optimizer step: max(GPU time, host dispatch time)"),
-    "predicted_gpu_ms": Column("float", "sum of the ops' roofline times and per-kernel costs"),
-    "predicted_host_ms": Column("float", "ops dispatched x the host's measured cost per op"),
-    "predicted_compute_ms": Column("float", "time of the ops bound by tensor work (FLOPs over peak, whole waves)"),
-    "predicted_memory_ms": Column("float", "time of the ops bound by memory bandwidth"),
-    "predicted_non_tensor_ms": Column("float", "time of the ops bound by non-tensor work (SMs x clock)"),
-    "predicted_kernel_overhead_ms": Column("float", "fixed per-kernel cost, all kernels"),
-    "predicted_bound": Column("str", "compute | memory | non-tensor | overhead (per-kernel cost or host dispatch): "
-                                     "what sets the predicted step"),
-    "samples_per_s_low": Column("float", "samples_per_s / the 90th percentile of predicted/measured in the "
-                                         "leave-one-GPU-out validation of this kind of GPU"),
-    "samples_per_s_high": Column("float", "samples_per_s / the 10th percentile of the same"),
-    "speed_model_version": Column("str", "version of bench/data/speed_params.json"),
-    "speed_basis": Column("str", "predicted (model vX, leave-one-GPU-out on <kind> GPUs: median error Y %, p90 Z %)"),
-}
 
 
 @dataclass(frozen=True)
@@ -131,25 +115,31 @@ def prediction_columns(prediction: Prediction, model: ModelFile) -> dict:
     }
 
 
-def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None = None) -> list[dict]:
-    """`cell`'s rows, one per GPU: predicted, or skipped (no datasheet figure), or one error for all."""
+def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None = None,
+                   stamp: dict | None = None) -> list[dict]:
+    """`cell`'s rows, one per GPU: predicted, or skipped (no datasheet figure), or one error for all; `stamp` is
+    the provenance they carry."""
     model = load_model_file()
     device = estimate_device("cuda")
-    base = {**config_columns(cell, device), "device_tag": PREDICTED_FOLDER, "started_utc": utc_now()}
-    began = time.monotonic()
+    started, began = utc_now(), time.monotonic()
+
+    def row(gpu: str, outcome: dict, **columns: object) -> dict:
+        return cell_row("predicted", cell, device, stamp or {}, outcome, device_tag=PREDICTED_FOLDER, gpu=gpu,
+                        started_utc=started, **columns)
+
     try:
         estimate, ops = trace_cell(cell, models)
     except Exception as exc:  # noqa: BLE001 - a cell that cannot be traced is a row, not a stop
-        return [{**base, "gpu": gpu, **failure_from(exc)} for gpu in gpus]
+        return [row(gpu, failure_from(exc)) for gpu in gpus]
     memory = _memory_columns(cell, estimate)
     rows = []
     for gpu in gpus:
-        row = {**base, **memory, "device_name": f"predicted for {gpu} (throughput model, no device)"}
         try:
-            row.update(prediction_columns(predict_on(cell, ops, gpu_spec(gpu), model), model))
+            outcome = {**memory, **prediction_columns(predict_on(cell, ops, gpu_spec(gpu), model), model)}
         except NoDatasheetPeak as exc:
-            row.update({"gpu": gpu, **failure("skipped", "NoDatasheetPeak", str(exc))})
-        rows.append({**row, "duration_s": round(time.monotonic() - began, 3)})
+            outcome = {**memory, **failure("skipped", "NoDatasheetPeak", str(exc))}
+        rows.append(row(gpu, outcome, device_name=f"predicted for {gpu} (throughput model, no device)",
+                        duration_s=round(time.monotonic() - began, 3)))
     return rows
 
 
@@ -169,8 +159,8 @@ def predict_grid(grid: Grid, results_root: Path, gpus: tuple[str, ...] | None = 
     stamp = provenance()
     models = FakeModels()
     for cell in grid.cells:
-        for row in predicted_rows(cell, gpus, models):
-            runs.write({**row, **stamp})
+        for row in predicted_rows(cell, gpus, models, stamp):
+            runs.write(row)
             if on_row:
                 on_row(row)
     return runs.path
