@@ -170,8 +170,8 @@ class MeasuredRow:
     def predicted(cls, option: PlanPrediction) -> MeasuredRow:
         """A plan option of the throughput model (`bench.speed.predict.plan_predictions`), basis `predicted`."""
         cell, gpu, prediction = option.cell, option.prediction.gpu, option.prediction
-        return cls(cell_id=f"predicted-{cell.model}-{cell.image_size}px-{cell.micro_batch}x{cell.accum_steps}-"
-                           f"{cell.precision}-ckpt_{cell.checkpointing}-{cell.optimizer}-{gpu}",
+        # the cell's own id, and the GPU: a plan prices one cell on several GPUs, each a line of its own
+        return cls(cell_id=f"{cell.cell_id}-{gpu}",
                    experiment=cell.experiment, profile=cell.profile, model=cell.model, image_size=cell.image_size,
                    micro_batch=cell.micro_batch, accum_steps=cell.accum_steps, precision=cell.precision,
                    checkpointing=cell.checkpointing, optimizer=cell.optimizer, device_type="cuda",
