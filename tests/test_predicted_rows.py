@@ -1,13 +1,16 @@
-"""The committed predicted rows (results/*/predicted/runs.csv) are the current throughput model's, each with its
-cross-GPU interval and error, none above 75 % MFU, and a skipped row only where the catalog still lacks a figure."""
+"""Every prediction carries its interval: the committed predicted rows (results/*/predicted/runs.csv) are the current
+throughput model's, each with its cross-GPU interval and error, none above 75 % MFU, and a skipped row only where the
+catalog still lacks a figure; every predicted `bench plan` line prints its hours and dollars as ranges."""
 
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 from conftest import REPO
 
+from bench.cli import main
 from bench.measure.hardware import gpu_spec
 from bench.speed.model import NoDatasheetPeak, gpu_rates
 from bench.speed.params import load_model_file
@@ -54,3 +57,28 @@ def test_a_skipped_row_names_a_figure_the_catalog_still_lacks(path):
         assert "no prediction rather than a guess" in row["error_message"]
         with pytest.raises(NoDatasheetPeak):
             gpu_rates(gpu_spec(row["gpu"]), row["precision"])
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@pytest.mark.parametrize("gpus, overlap", [(("L4", "H100-80GB"), False), (("L4", "RTX-4090", "H100-80GB"), True)])
+def test_every_predicted_plan_line_prints_its_ranges_and_the_plan_says_when_the_top_two_overlap(gpus, overlap, capsys):
+    args = ["plan", "test_resnet", "--effective-batch", "16", "--image-size", "32", "--precision", "bf16", "--top", "50"]
+    assert main(args + [flag for gpu in gpus for flag in ("--gpu", gpu)]) == 0
+    out = capsys.readouterr().out
+    points = {int(rank): (_number(usd), _number(hours)) for rank, usd, hours in
+              re.findall(r"^ +(\d+) +([\d,]+\.\d\d) +([\d,]+\.\d\d)  \S", out, re.M)}
+    ranges = {int(rank): tuple(map(_number, values)) for rank, *values in
+              re.findall(r"^ +(\d+): \[\d+\] ([\d,.]+)-([\d,.]+) h, \$([\d,.]+)-([\d,.]+) \(p10-p90 of that error\)",
+                         out, re.M)}
+    assert len(points) >= 2 and ranges.keys() == points.keys()
+    for rank, (usd, hours) in points.items():
+        h_low, h_high, u_low, u_high = ranges[rank]
+        assert h_low - 0.01 <= hours <= h_high + 0.01 and u_low - 0.01 <= usd <= u_high + 0.01, rank
+    bases = re.findall(r"^basis \[\d+\]: (.*)$", out, re.M)
+    assert bases and all("leave-one-GPU-out" in basis and "same-GPU" not in basis for basis in bases)
+    # The winner's dollar range reaches the runner-up's: the ranking is within the model's error, and it says so.
+    assert (ranges[1][3] >= ranges[2][2]) is overlap
+    assert ("overlap within the throughput model's error" in out) is overlap
