@@ -64,8 +64,9 @@ def _number(text: str) -> float:
 
 
 @pytest.mark.parametrize("gpus, overlap", [(("L4", "H100-80GB"), False), (("L4", "RTX-4090", "H100-80GB"), True)])
-def test_every_predicted_plan_line_prints_its_ranges_and_the_plan_says_when_the_top_two_overlap(gpus, overlap, capsys):
-    args = ["plan", "test_resnet", "--effective-batch", "16", "--image-size", "32", "--precision", "bf16", "--top", "50"]
+def test_every_predicted_plan_line_prints_its_ranges_and_says_when_the_top_two_overlap(gpus, overlap, capsys):
+    args = ["plan", "test_resnet", "--effective-batch", "16", "--image-size", "32", "--precision", "bf16",
+            "--top", "50"]
     assert main(args + [flag for gpu in gpus for flag in ("--gpu", gpu)]) == 0
     out = capsys.readouterr().out
     points = {int(rank): (_number(usd), _number(hours)) for rank, usd, hours in

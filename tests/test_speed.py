@@ -215,9 +215,10 @@ def test_half_precision_channels_last_is_at_least_as_fast_as_nchw_for_a_conv_net
 def test_tf32_lies_between_fp32_and_half_precision(study_ops):
     for model in ("resnet50", "vit_base_patch16_224"):
         for gpu in ("A100-40GB", "A100-80GB", "H100-80GB", "L4", "RTX-4090"):
-            fp32, tf32, bf16 = (_speed(study_ops, (model, p, True), gpu) for p in ("fp32", "tf32", "bf16"))
+            fp32, tf32, bf16, fp16 = (_speed(study_ops, (model, precision, True), gpu)
+                                      for precision in ("fp32", "tf32", "bf16", "fp16"))
             # Where TF32 tensor cores barely beat the FP32 units (L4, GeForce) a TF32 cell may run the FP32 path.
-            assert fp32 <= tf32 < bf16, (model, gpu, fp32, tf32, bf16)
+            assert fp32 <= tf32 < min(bf16, fp16), (model, gpu, fp32, tf32, bf16, fp16)
             if gpu.startswith(("A100", "H100")):
                 assert fp32 < tf32, (model, gpu)
 
