@@ -11,7 +11,7 @@ import torch
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
 from bench.measure.flops import flops_per_sample
-from bench.measure.hardware import find_gpu
+from bench.measure.hardware import find_gpu, gpu_keys
 from bench.measure.memory import optimizer_state_bytes, unique_tensor_bytes
 from bench.measure.peak import PeakFlops, ensure_peak
 from bench.measure.timing import summarize_step_times
@@ -92,16 +92,24 @@ def test_throughput_and_utilisation_arithmetic():
     assert (stats.median_ms, stats.p10_ms, stats.p90_ms) == (30.0, 14.0, 46.0)
 
 
-@pytest.mark.parametrize("device_name, gpu", [
+REAL_DEVICE_NAMES = [  # torch.cuda.get_device_name() as these GPUs report it
     ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
     ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"), ("NVIDIA L4", "L4"),
     ("NVIDIA A10G", "A10G"), ("Tesla T4", "T4"), ("Tesla V100-SXM2-16GB", "V100-16GB"),
+    ("Tesla V100-SXM2-32GB", "V100-32GB"), ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
     ("NVIDIA GeForce RTX 3090", "RTX-3090"), ("NVIDIA GeForce RTX 4090", "RTX-4090"),
     ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA L40S", "L40S"),
     ("NVIDIA L40", "L40"), ("NVIDIA A10", "A10"), ("NVIDIA B200", "B200"),
-])
+]
+
+
+@pytest.mark.parametrize("device_name, gpu", REAL_DEVICE_NAMES)
 def test_catalog_matches_real_device_names(device_name, gpu):
     assert find_gpu(device_name).gpu == gpu
+
+
+def test_every_catalog_gpu_is_matched_from_a_real_device_name():
+    assert {gpu for _, gpu in REAL_DEVICE_NAMES} == set(gpu_keys())
 
 
 @pytest.mark.parametrize("device_name", ["NVIDIA H20", "NVIDIA H200 NVL", "NVIDIA GeForce RTX 4080"])

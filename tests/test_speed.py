@@ -197,20 +197,28 @@ def test_faster_memory_and_a_newer_gpu_predict_faster(study_ops):
 
 
 def test_half_precision_channels_last_is_at_least_as_fast_as_nchw_for_a_conv_net(study_ops):
-    for gpu in ("A100-80GB", "RTX-3090", "L4", "H100-80GB"):
+    checked = 0
+    for gpu in gpu_keys():
         for precision in ("bf16", "fp16"):
+            try:
+                channels_last = _speed(study_ops, ("resnet50", precision, True), gpu)
+            except NoDatasheetPeak:
+                continue
             # Within 0.1 %: the two layouts' traces differ by a few layout copies, and the fitted
-            # transpose cost (nchw_half_bytes) is near zero: these rows do not separate it.
-            assert _speed(study_ops, ("resnet50", precision, True), gpu) >= \
-                0.999 * _speed(study_ops, ("resnet50", precision, False), gpu), (gpu, precision)
+            # transpose cost (nchw_half_bytes) is near zero: these rows do not separate it (on the
+            # B200 channels-last comes out 0.0003 % slower).
+            assert channels_last >= 0.999 * _speed(study_ops, ("resnet50", precision, False), gpu), (gpu, precision)
+            checked += 1
+    assert checked >= 20
 
 
 def test_tf32_lies_between_fp32_and_half_precision(study_ops):
     for model in ("resnet50", "vit_base_patch16_224"):
         for gpu in ("A100-40GB", "A100-80GB", "H100-80GB", "L4", "RTX-4090"):
-            fp32, tf32, bf16 = (_speed(study_ops, (model, p, True), gpu) for p in ("fp32", "tf32", "bf16"))
+            fp32, tf32, bf16, fp16 = (_speed(study_ops, (model, precision, True), gpu)
+                                      for precision in ("fp32", "tf32", "bf16", "fp16"))
             # Where TF32 tensor cores barely beat the FP32 units (L4, GeForce) a TF32 cell may run the FP32 path.
-            assert fp32 <= tf32 < bf16, (model, gpu, fp32, tf32, bf16)
+            assert fp32 <= tf32 < min(bf16, fp16), (model, gpu, fp32, tf32, bf16, fp16)
             if gpu.startswith(("A100", "H100")):
                 assert fp32 < tf32, (model, gpu)
 

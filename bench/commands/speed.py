@@ -153,10 +153,15 @@ def _validate() -> int:
         f"Leave-one-GPU-out: median error {tables['logo']['median_error_pct']} %, p90 "
         f"{tables['logo']['p90_error_pct']} % ({tables['logo']['rows']} rows)",
         "predicted samples/s (GPU held out of the fit)", VALIDATION_DIR / "validation.png")
+    lofo_chart = write_validation_chart(
+        [{**r, "predicted_samples_per_s": r["lofo_predicted_samples_per_s"]} for r in tables["rows"]], "family",
+        f"Leave-one-family-out: median error {tables['lofo']['median_error_pct']} %, p90 "
+        f"{tables['lofo']['p90_error_pct']} % ({tables['lofo']['rows']} rows)",
+        "predicted samples/s (family held out of the fit)", VALIDATION_DIR / "validation_lofo.png")
     text = _validation_markdown(tables, ratios, current.version)
     (VALIDATION_DIR / "validation.md").write_text(text)
     print(text)
-    print(f"wrote {VALIDATION_DIR}/validation.md, its CSVs and {chart}; bands -> {DATA / PARAMS_FILE}")
+    print(f"wrote {VALIDATION_DIR}/validation.md, its CSVs, {chart} and {lofo_chart}; bands -> {DATA / PARAMS_FILE}")
     return 0
 
 
