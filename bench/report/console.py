@@ -16,6 +16,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from bench.grid.cell import Cell
 from bench.units import gib
@@ -35,7 +36,8 @@ def grid_progress(title: str) -> Iterator[tuple]:
         progress.update(task, total=total, description=f"{title}: {_short(cell.cell_id)}")
 
     def on_row(row: dict, index: int, total: int) -> None:
-        progress.console.print(f"  {row['status']:<8} {_short(row['cell_id'])}  {_headline(row)}")
+        # markup=False: an error message is the exception's text, whose brackets are not rich markup
+        progress.console.print(f"  {row['status']:<8} {_short(row['cell_id'])}  {_headline(row)}", markup=False)
         progress.advance(task)
 
     with progress:
@@ -51,7 +53,7 @@ def summary_table(title: str, rows: list[dict]) -> Table:
         note = row.get("error_message") or "" if row["status"] != "ok" else ""
         table.add_row(_short(row["cell_id"]), row["status"], _gib(row.get("peak_memory_bytes")),
                       row.get("memory_source") or "", _number(row.get("samples_per_s"), 1), _spread(row),
-                      _number(row.get("mfu_pct"), 1), note[:60])
+                      _number(row.get("mfu_pct"), 1), Text(note[:60]))
     return table
 
 

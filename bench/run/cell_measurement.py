@@ -142,8 +142,7 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
                                                  scaler, on_phase, no_sync=no_sync, **cell.step_options)
         return running_loss
 
-    # Ranks stop timing together (their collectives pair up): a fixed count under DDP.
-    policy = task.timing_policy if distribution is None else replace(task.timing_policy, target_ci95_rel=None)
+    policy = task.timing_policy if distribution is None else rank_policy(task.timing_policy)
     _first_step(run_step, cell)
     warmup_steps_run = 1 + warm_up(run_step, device, policy)
     traced = trace_step(run_step, model, optimizer, device, steps=cell.trace_steps)
@@ -179,6 +178,18 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
         "reference_flops_per_s_before": reference_before,
         "reference_flops_per_s_after": reference_after,
     }
+
+
+def rank_policy(policy: TimingPolicy) -> TimingPolicy:
+    """A DDP rank's timing: the same steps on every rank, so their all-reduces pair up. A fixed warm-up (a rank
+    that warmed up one step longer than another waits for a collective the other never starts) and a fixed count.
+
+    >>> adaptive = TimingPolicy(min_steps=5, min_warmup_steps=2)
+    >>> fixed = rank_policy(adaptive)
+    >>> fixed.target_ci95_rel, fixed.max_extra_warmup_steps, fixed.min_steps, fixed.min_warmup_steps
+    (None, 0, 5, 2)
+    """
+    return replace(policy, target_ci95_rel=None, max_extra_warmup_steps=0)
 
 
 def host_threads(task: CellTask) -> int:
