@@ -19,12 +19,14 @@ def test_the_committed_rows_derive_what_the_runner_wrote(path):
     stored = read_text(path).rows
     read = read_runs(path)
     for column in ("scaling_efficiency", "synthetic_samples_per_s"):
+        # rows of a runner that still wrote the figure back: what it wrote is what the reader derives
         written = np.array([float(row[column]) if row[column] else np.nan for row in stored])
-        assert np.array_equal(written, read[column].to_numpy(dtype=float), equal_nan=True), column
+        was_written = ~np.isnan(written)
+        assert np.array_equal(written[was_written], read[column].to_numpy(dtype=float)[was_written]), column
 
 
 def test_a_baseline_measured_again_changes_the_figure_at_the_next_read(tmp_path):
-    ddp = REPO / "results" / "ddp" / "cpu-amd-epyc" / "runs.csv"
+    (ddp,) = (REPO / "results" / "ddp").glob("cpu-*/runs.csv")
     rows = read_text(ddp).rows
     runs = RunsFile(tmp_path / "runs.csv")
     for row in rows:

@@ -200,7 +200,9 @@ def test_a_malformed_grid_file_is_one_line_exit_2_and_nothing_written(case, tmp_
     if key is not None:
         assert key in message, message
     assert not results.exists() and not any(work.iterdir())  # nothing written anywhere
-    assert spent < 5, f"{name}: {spent:.1f} s"
+    # refused before any cell or model is built (about 5 s for the 4,000-size case on 2 quiet cores); a hang guard,
+    # not a speed target: a loaded machine must not fail it
+    assert spent < 60, f"{name}: {spent:.1f} s"
 
 
 def test_a_typo_is_reported_as_unknown_with_its_close_match(write_grid):
@@ -304,7 +306,7 @@ def _corruptions(header: list[str], line: str) -> dict[str, bytes]:
 def _corrupt_folder(tmp_path: Path, corruption: str) -> tuple[Path, Path]:
     """A results root holding the committed claims_leak rows under this machine's device tag, with
     one corruption; returns (root, runs file)."""
-    source = REPO / "results" / "claims_leak" / CPU_TAG / "runs.csv"
+    (source,) = (REPO / "results" / "claims_leak").glob("cpu-*/runs.csv")
     text = source.read_text()
     lines = text.splitlines()
     bad = _corruptions(lines[0].split(","), lines[1])[corruption]
