@@ -8,7 +8,7 @@ EXAMPLES = {
     "run": "bench run experiments/smoke.toml",
     "data": "bench data make --images 256",
     "data make": "bench data make --images 256",
-    "report": "bench report results/resnet50/cpu-amd-epyc-f26m2-avx512bf16-2c",
+    "report": "bench report results/resnet50/cpu-amd-epyc-f25m17-avx512bf16-2c",
     "cost": "bench cost results/resnet50/predicted --provider aws",
     "plan": "bench plan vit_large_patch16_224 --effective-batch 4096 --image-size 224",
     "predict": "bench predict experiments/resnet50.toml --gpu H100-80GB",

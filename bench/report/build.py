@@ -38,7 +38,7 @@ def build_report(folder: Path) -> list[Path]:
     """Regenerate `folder`'s charts, `accumulation_cost.csv` and `REPORT.md` from its runs.csv.
 
     Example:
-        >>> build_report(Path("results/resnet50/cpu-amd-epyc-f26m2-avx512bf16-2c"))  # doctest: +SKIP
+        >>> build_report(Path("results/resnet50/cpu-amd-epyc-f25m17-avx512bf16-2c"))  # doctest: +SKIP
     """
     folder = Path(folder)
     rows = load_rows(folder)

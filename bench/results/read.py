@@ -169,7 +169,7 @@ def read_runs(path: Path, columns: dict[str, Column] = COLUMNS) -> pd.DataFrame:
     """The rows of a runs file, one column per schema column, typed (an empty frame if there is no file).
 
     Example:
-        >>> rows = read_runs(Path("results/resnet50/cpu-amd-epyc-f26m2-avx512bf16-2c/runs.csv"))
+        >>> rows = read_runs(Path("results/resnet50/cpu-amd-epyc-f25m17-avx512bf16-2c/runs.csv"))
         >>> rows.micro_batch.dtype, rows.git_dirty.dtype, rows.zero_grad.iloc[0]
         (Int64Dtype(), BooleanDtype, 'none')
     """
