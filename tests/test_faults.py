@@ -593,8 +593,9 @@ def test_random_kills_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path):
             process.send_signal(signal.SIGINT)
             began = time.monotonic()
             process.wait(timeout=30)
-            # Usually well under 2 s; in two fresh-clone runs of the whole suite (2026-12-02) it took 9.0 and 10.5 s
-            # (alone: under 2 s), a delay not yet found: a hang guard here, the 2 s aim in docs/reliability.md.
+            # Under 2 s. The 9.0 and 10.5 s two fresh-clone runs of the whole suite once took was the kernel handing
+            # the SIGINT to another thread of the runner while the main one waited on the cell in one long call
+            # (test_runner's ctrl_c test reproduces it): a hang guard here, not a limit load can reach.
             assert time.monotonic() - began < 30.0
         process.wait()
         time.sleep(2)  # what the cell's process might still print

@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 
-from bench.isolation import fork_server
+from bench.isolation import fork_server, wait_in_slices
 from bench.measure.host import cpu_times, load_average_1m, machine_cpus, steal_pct, wait_for_quiet
 from bench.results.provenance import utc_now
 from bench.results.rows import failure
@@ -97,15 +97,19 @@ def run_isolated(task: CellTask, timeout_s: float, context: multiprocessing.cont
     process = context.Process(target=child_main, args=(task, sender), name=task.cell.cell_id)
     process.start()
     sender.close()  # only the child holds the sending end: its death reads as EOF here
+
+    def exited(slice_s: float) -> bool:
+        process.join(slice_s)
+        return not process.is_alive()
     try:
-        if not receiver.poll(timeout_s):
+        if not wait_in_slices(receiver.poll, timeout_s):
             return failure("timeout", "Timeout", f"no result within {timeout_s:g} s; the process was killed")
         try:
             outcome = receiver.recv()
         except EOFError:
-            process.join(_KILL_GRACE_S)
+            wait_in_slices(exited, _KILL_GRACE_S)
             return _crash_outcome(process.exitcode)
-        process.join(_KILL_GRACE_S)  # it has reported and is exiting
+        wait_in_slices(exited, _KILL_GRACE_S)  # it has reported and is exiting
         return outcome
     finally:
         receiver.close()
