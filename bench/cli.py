@@ -5,6 +5,7 @@ one line and exit 2. Third-party warnings go to a log file, never into an answer
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -131,6 +132,7 @@ class _Parser(argparse.ArgumentParser):
         raise problem
 
 
+@functools.cache  # built once a process: building it is most of an in-process call that only refuses its input
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bench", description=DESCRIPTION, epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)

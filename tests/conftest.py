@@ -142,6 +142,7 @@ SLOW_TESTS = (
     "tests/test_claims.py::test_last_n_checkpointing_lies_between_off_and_full",
     "tests/test_claims.py::test_zero_grad_zeros_keeps_the_gradients_after_the_step",
     "tests/test_claims.py::test_aux_loss_attached_changes_the_gradient_and_detached_does_not",
+    "tests/test_claims.py::test_every_micro_step_runs_at_the_same_weights",  # then the live-loss fixture (24 s)
     "tests/test_measure.py::test_row_splits_static_memory_and_traces_every_phase",
     "tests/test_measure.py::test_checkpointing_lowers_activation_memory",
     "tests/test_measure.py::test_eight_bit_adamw_state_is_about_a_quarter_of_fp32_adamw",

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
 from conftest import REPO
 
 import bench.results.read
-from bench.results.read import file_schema, read_runs
+from bench.results.read import file_schema, read_runs, read_text
 from bench.results.rows import checked
+from bench.results.schema import SCHEMAS
 from bench.results.store import ResultsFileError, RunsFile
 
 OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
@@ -83,6 +85,25 @@ def test_report_tells_rows_by_their_header_not_by_the_folder_they_lie_in(tmp_pat
 def test_no_row_is_built_with_another_kinds_outcome(kind, status):
     with pytest.raises(ValueError, match=f"row cannot have status '{status}'"):
         checked(kind, {"cell_id": "a", "status": status})
+
+
+READ_AS_ANOTHER_KIND = [("measured", "estimated"), ("measured", "predicted"), ("estimated", "ok"),
+                        ("estimated", "timeout"), ("predicted", "ok"), ("predicted", "estimated"), ("autotune", "ok"),
+                        ("autotune", "error")]
+
+
+@pytest.mark.parametrize(("kind", "status"), READ_AS_ANOTHER_KIND)
+def test_the_reader_refuses_a_row_with_another_kinds_outcome_naming_line_and_column(kind, status, tmp_path):
+    """A runs file is read with its kind's statuses (`SCHEMAS`), not every status: an `ok` row in an estimates file
+    would otherwise read as a measurement."""
+    schema = SCHEMAS[kind]
+    path = tmp_path / "runs.csv"
+    path.write_text(f"cell_id,status\na-1,{schema.statuses[0]}\na-2,{status}\n")
+    allowed = re.escape(", ".join(schema.statuses))
+    with pytest.raises(ResultsFileError, match=f"line 3, column status: '{status}' is not one of {allowed};"):
+        read_text(path, schema.columns)
+    path.write_text(f"cell_id,status\na-1,{schema.statuses[0]}\n")
+    assert [row["status"] for row in read_text(path, schema.columns).rows] == [schema.statuses[0]]
 
 
 def test_no_row_is_built_with_a_column_its_kind_does_not_declare():

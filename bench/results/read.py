@@ -32,7 +32,8 @@ import pandas as pd
 from bench.errors import ResultsFileError
 from bench.grid.cell import CELL_ID_MAX_CHARS, extra_axis_defaults
 from bench.results.derived import derive
-from bench.results.schema import COLUMNS, REQUIRED_COLUMNS, STATUSES, Column, RowSchema, schema_for_header
+from bench.results.schema import (COLUMNS, REQUIRED_COLUMNS, SCHEMAS, STATUSES, Column, RowSchema, Status,
+                                  schema_for_header)
 
 _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "str", "json": "str"}
 CELL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{CELL_ID_MAX_CHARS - 1}}}$")
@@ -125,27 +126,38 @@ def check_row(row: dict[str, str], columns: dict[str, Column], where: str) -> No
     """Raise a `ResultsFileError` at the first field of `row` that its column's type does not allow.
 
     >>> check_row({"cell_id": "a-1", "status": "ok", "micro_batch": "8"}, COLUMNS, "runs.csv: line 2")
-    >>> check_row({"cell_id": "a-1", "status": "fine"}, COLUMNS, "runs.csv: line 2")
+    >>> check_row({"cell_id": "a-1", "status": "estimated"}, COLUMNS, "runs.csv: line 2")
     Traceback (most recent call last):
     ...
-    bench.errors.ResultsFileError: runs.csv: line 2, column status: 'fine' is not one of ok, oom, error, \
-timeout, skipped, estimated, predicted; move that line into a side file (e.g. runs.csv.bad) to keep the other rows
+    bench.errors.ResultsFileError: runs.csv: line 2, column status: 'estimated' is not one of ok, oom, error, \
+skipped, timeout; move that line into a side file (e.g. runs.csv.bad) to keep the other rows
     """
+    statuses = statuses_of(columns)
     for name, value in row.items():
-        problem = _field_problem(name, value, getattr(columns.get(name), "type", "str"))
+        problem = _field_problem(name, value, getattr(columns.get(name), "type", "str"), statuses)
         if problem:
             shown = value if len(value) <= 60 else value[:57] + "..."
             raise ResultsFileError(f"{where}, column {name}: {shown!r} is not {problem}; {SET_ASIDE_HINT}")
 
 
-def _field_problem(name: str, value: str, kind: str) -> str | None:
-    """What `value` should have been, or None when it is fine."""
+def statuses_of(columns: dict[str, Column]) -> tuple[Status, ...]:
+    """The statuses a row read with `columns` may have: those of the kind (`SCHEMAS`) whose schema `columns` is (a
+    measured row is never `estimated`, a computed one never `ok`), every status for a caller's own column set.
+
+    >>> statuses_of(COLUMNS), statuses_of(SCHEMAS["estimated"].columns)
+    (('ok', 'oom', 'error', 'skipped', 'timeout'), ('estimated', 'oom', 'error', 'skipped'))
+    """
+    return next((schema.statuses for schema in SCHEMAS.values() if schema.columns is columns), STATUSES)
+
+
+def _field_problem(name: str, value: str, kind: str, statuses: tuple[Status, ...]) -> str | None:
+    """What `value` should have been, or None when it is fine (`statuses`: those a row of its kind may have)."""
     if "\x00" in value:  # no writer puts a NUL byte in a field: a damaged file
         return "text (it holds a NUL byte)"
     if name == "cell_id":
         return None if CELL_ID_PATTERN.match(value) else "a cell id (letters, digits, _ . + -)"
     if name == "status":
-        return None if value in STATUSES else f"one of {', '.join(STATUSES)}"
+        return None if value in statuses else f"one of {', '.join(statuses)}"
     if value == "" or kind == "str":
         return None
     if kind == "bool":
