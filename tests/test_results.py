@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 
 import pytest
 from conftest import REPO
@@ -110,3 +111,21 @@ def test_no_row_is_built_with_a_column_its_kind_does_not_declare():
     assert checked("predicted", {"cell_id": "a", "gpu": "L4", "status": "predicted"})["gpu"] == "L4"
     with pytest.raises(ValueError, match=r"a measured row has undeclared columns: \['gpu'\]"):
         checked("measured", {"cell_id": "a", "gpu": "L4", "status": "ok"})
+
+
+def test_a_row_calls_the_harness_dirty_for_changed_code_not_for_re_measured_results(tmp_path):
+    from bench.results.provenance import git_state
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    (tmp_path / "results" / "resnet50").mkdir(parents=True)
+    (tmp_path / "results" / "resnet50" / "runs.csv").write_text("cell_id\nold\n")
+    (tmp_path / "step.py").write_text("STEPS = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    (tmp_path / "results" / "resnet50" / "runs.csv").unlink()  # a committed folder being re-measured
+    assert git_state(tmp_path)[1] is False
+    (tmp_path / "step.py").write_text("STEPS = 2\n")
+    assert git_state(tmp_path)[1] is True

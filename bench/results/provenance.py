@@ -37,13 +37,14 @@ def utc_now() -> str:
 
 
 def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
-    """(commit, dirty) of the harness checkout; ("", None) outside a git checkout."""
+    """(commit, dirty) of the harness checkout; ("", None) outside a git checkout. Dirty: a tracked file differs from
+    the commit, outside `results/` (measured data, not the harness: re-measuring a committed folder changes it)."""
     repo = repo or Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
                                 text=True, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                                capture_output=True, text=True, check=True).stdout
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+                                cwd=repo, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "", None
     return commit, bool(status.strip())
