@@ -110,6 +110,7 @@ SLOW_TESTS = (
     "tests/test_speed.py::test_recorder_sees_a_vits_attention",
     "tests/test_speed.py::test_recorder_sees_a_resnets_convolutions",
     "tests/test_speed.py::test_predicted_rows_are_priced_on_their_own_gpu_only",
+    "tests/test_speed.py::test_a_tiny_step_is_bound_by_its_overheads_and_its_gpu_time_grows_with_the_micro_batch",
     "tests/test_report.py::test_rerun_on_unchanged_rows_gives_identical_files",
     "tests/test_report.py::test_data_parallel_cells_get_their_own_table",
     "tests/test_report.py::test_single_row_folder_is_reported",

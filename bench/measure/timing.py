@@ -68,7 +68,7 @@ def time_until_stable(run_step: Callable[[], object], device: torch.device, poli
     more, in chunks (one step on a CPU, as many again as taken so far on CUDA, where reading the events
     syncs), until the target is met, the budget is spent or `max_steps` are taken.
 
-    >>> timed = time_until_stable(lambda: None, torch.device("cpu"), TimingPolicy(min_steps=3, budget_s=5))
+    >>> timed = time_until_stable(lambda: None, torch.device("cpu"), TimingPolicy(min_steps=3, budget_s=0.5))
     >>> len(timed.samples_ms) >= MIN_STEPS_FOR_SPREAD, timed.target_met in (True, False)
     (True, True)
     """
