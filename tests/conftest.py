@@ -106,6 +106,7 @@ SLOW_TESTS = (
     "tests/test_speed.py::test_faster_memory_and_a_newer_gpu_predict_faster",             # at 224 px (the same
     "tests/test_speed.py::test_half_precision_channels_last_is_at_least_as_fast",         # module fixture)
     "tests/test_speed.py::test_tf32_lies_between_fp32_and_half_precision",
+    "tests/test_speed.py::test_the_study_models_op_mix_is_what_their_layers_are",
     "tests/test_speed.py::test_smaller_micro_batches_never_predict_more_samples_per_second",
     "tests/test_speed.py::test_recorder_sees_a_vits_attention",
     "tests/test_speed.py::test_recorder_sees_a_resnets_convolutions",

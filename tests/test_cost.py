@@ -23,6 +23,7 @@ from bench.cost.price import (
     run_cost,
 )
 from bench.errors import CatalogError
+from bench.speed.params import load_model_file
 from bench.measure.hardware import gpu_keys, gpu_spec
 from bench.measure.utilization import samples_per_s_at
 from bench.results.store import RunsFile
@@ -82,6 +83,11 @@ def test_projection_is_measured_mfu_times_the_target_peak():
     assert h100.samples_per_s == pytest.approx(row.samples_per_s * 989 / 312)  # same MFU, bigger peak
     assert "MFU 40.0%" in h100.assumption and "3.17x the peak" in h100.assumption
     assert "2.15x the memory bandwidth of A100-40GB" in h100.assumption  # 3350 / 1555 GB/s
+    # The assumption's error across public pairs of GPUs (docs/speed/validation.md) comes with it, as an interval.
+    projection = load_model_file().projection
+    assert f"median error {projection.median_error_pct:.1f} %" in h100.assumption
+    low, high = h100.interval
+    assert low == pytest.approx(h100.samples_per_s / projection.ratio_high) and low < h100.samples_per_s < high
     fp32 = gpu_speed(_row(precision="fp32", mfu_pct=50.0), gpu_spec("L4"))
     assert fp32.samples_per_s == pytest.approx(0.50 * 30.3e12 / 24.6e9)  # the fp32 column, TF32 off
 
@@ -264,12 +270,33 @@ def test_plan_ranks_fitting_options_by_dollars_and_says_why_the_winner_wins():
     # Runner-up: 8x16 on the L4 at 1600 x 121/312 samples/s, 51.6 h at $0.44/h against 16.0 h at $1.29/h.
     runner = plan.options[1]
     assert runner.line.instance == l4 and runner.configuration.startswith("8x16")
+    # The runner-up's speed is a projection: its dollars are a range (the projection's validated p10-p90), which
+    # reaches below the measured winner's, and the reason says so.
+    projection = load_model_file().projection
+    low, high = 22.71 * projection.ratio_low, 22.71 * projection.ratio_high
     assert plan.reason == ("test 1x-A100-40GB-1.29 (1x A100-40GB), 128x1 per GPU bf16 ckpt-off adamw: $20.66 "
-                           "on-demand for 16.0 h (measured) vs $22.71 for the runner-up, test 1x-L4-0.44 (1x L4), "
-                           "8x16 per GPU bf16 ckpt-off adamw: 3.22x faster, which outweighs 2.93x the hourly price")
+                           f"on-demand for 16.0 h (measured) vs $22.71 (${low:,.2f}-{high:,.2f}) for the runner-up, "
+                           "test 1x-L4-0.44 (1x L4), 8x16 per GPU bf16 ckpt-off adamw: 3.22x faster, which outweighs "
+                           "2.93x the hourly price; the two overlap within their stated error, so either may be cheaper")
     alone = make_plan(_plan_rows(), (a100,), PlanRequest(model="resnet50", effective_batch=128), Assumptions())
     assert alone.reason.endswith("vs $25.82 for the runner-up, 8x16 per GPU bf16 ckpt-off adamw on the same "
                                  "instance: 1.25x faster")
+
+
+def test_on_a_gpu_without_a_measurement_the_model_beats_a_carried_over_mfu():
+    """The throughput model's cross-GPU error is several times smaller than the MFU carry-over's
+    (docs/speed/validation.md): for one instance and configuration, its line stands over the projection."""
+    l4 = _instance("L4", usd_per_hour=0.44)
+    measured = _row(cell_id="8x16", micro_batch=8, accum_steps=16, samples_per_s=1600.0, peak_memory_bytes=8 * GIB)
+    predicted = replace(measured, cell_id="8x16-L4", device_name="predicted for L4", samples_per_s=450.0,
+                        predicted_gpu="L4", speed_basis="predicted (model vT, leave-one-GPU-out, ...)",
+                        speed_interval=(400.0, 600.0), memory_source="estimate_cuda_allocator")
+    plan = make_plan([measured, predicted], (l4,), PlanRequest(model="resnet50", effective_batch=128), Assumptions())
+    option, = plan.options
+    assert option.line.basis == "predicted" and option.line.samples_per_s_per_gpu == 450.0
+    # Its hours follow its interval: the slowest end is the longest run.
+    low, high = option.hours_range
+    assert low == pytest.approx(option.hours_per_run * 450 / 600) and high == pytest.approx(option.hours_per_run * 450 / 400)
 
 
 def test_plan_splits_the_effective_batch_across_gpus():
@@ -352,6 +379,14 @@ def test_cost_command_writes_csv_markdown_and_chart_next_to_the_results(tmp_path
     (p4d,) = [r for r in lines if r["instance"] == "p4d.24xlarge" and r["cell_id"] == "128x1"]
     assert (p4d["basis"], p4d["status"], p4d["global_batch"]) == ("measured", "priced", "1024")
     assert float(p4d["usd_per_run"]) == pytest.approx(IMAGENET_90_EPOCHS / (2000 * 8 * 0.9) / 3600 * 32.7726)
+    assert p4d["usd_per_run_low"] == p4d["samples_per_s_per_gpu_low"] == ""  # measured: no model error to state
+    # A projected line carries its validated range: the dollars at the fast and the slow end of the speed's.
+    (h100,) = [r for r in lines if r["instance"] == "p5.48xlarge" and r["cell_id"] == "128x1"]
+    assert h100["basis"] == "projected_from_gpu"
+    speed, low, high = (float(h100[f"samples_per_s_per_gpu{end}"]) for end in ("", "_low", "_high"))
+    assert float(h100["usd_per_run_low"]) == pytest.approx(float(h100["usd_per_run"]) * speed / high)
+    assert float(h100["usd_per_run_high"]) == pytest.approx(float(h100["usd_per_run"]) * speed / low)
+    assert low < speed < high
     (t4,) = [r for r in lines if r["instance"] == "g4dn.xlarge" and r["cell_id"] == "128x1"]
     assert (t4["status"], t4["usd_per_run"]) == ("no_peak", "")
     assert "Dollars per run: resnet50 on nvidia-a100-sxm4-40gb" in written.joinpath("cost.md").read_text()
@@ -396,7 +431,10 @@ def test_plan_command_prints_a_ranking_and_one_reason(tmp_path):
     # projected; the H100 SXM (3.17x faster, $3.29/h) comes second at $16.62.
     assert len(why) == 1
     assert why[0].startswith("why: lambda gpu_1x_h100_pcie (1x H100-PCIe), 128x1 per GPU bf16 ckpt-off adamw: "
-                             "$16.46 on-demand for 6.6 h (projected_from_gpu)")
+                             "$16.46 ($")
+    # A projection's dollars and hours come as ranges, and it names the projection's error across public GPU pairs.
+    assert re.search(r"on-demand for 6\.6 h \([\d.]+-[\d.]+ h\) \(projected_from_gpu \(measured MFU carried over: "
+                     r"across \d+ pairs of public rows on two GPUs, median error [\d.]+ %, p90 [\d.]+ %\)\)", why[0])
     assert "oldest price used: 2024-09" in result.stdout
     nothing = run_bench("plan", str(folder), "--model", "resnet50", "--effective-batch", "128",
                         "--budget-usd", "0.01")

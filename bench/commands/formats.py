@@ -221,7 +221,7 @@ def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
             "stale_prices": stale_note([o.line.instance for o in plan.options], day.today()),
             "options_total": len(plan.options),
             "options": [{"rank": rank, "usd_per_run": option.usd_per_run, "hours_per_run": option.hours_per_run,
-                         "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
+                         **option.ranges, "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
                          "instance": option.line.instance.label, "configuration": option.configuration,
                          "accum_steps_per_gpu": option.accum_steps_per_gpu, "evidence": option.evidence,
                          "line": record(option.line, request.workload.samples_per_run, loader_costs,

@@ -132,7 +132,8 @@ def _validate() -> int:
     from bench.report.speed_chart import write_validation_chart
     from bench.speed.calibrate import validation_json
     from bench.speed.params import PARAMS_FILE, load_model_file, params_json
-    from bench.speed.validate import (ERROR_COLUMNS, VALIDATION_COLUMNS, cross_gpu_columns, cross_gpu_ratios,
+    from bench.speed.validate import (ERROR_COLUMNS, PROJECTION_COLUMNS, VALIDATION_COLUMNS, cross_gpu_columns,
+                                      cross_gpu_ratios, projection_band, projection_by_pair, projection_pairs,
                                       validation_tables)
 
     current = load_model_file()
@@ -141,8 +142,11 @@ def _validate() -> int:
     _write_csv(tables["rows"], VALIDATION_DIR / "validation.csv", VALIDATION_COLUMNS)
     for name in ("logo_by_gpu", "logo_by_family", "lofo_by_family", "lofo_by_gpu"):
         _write_csv(tables[name], VALIDATION_DIR / f"{name}.csv", (name.rpartition("_")[2], *ERROR_COLUMNS))
+    pairs = projection_pairs()
+    tables["projection"], tables["projection_by_pair"] = projection_band(pairs), projection_by_pair(pairs)
+    _write_csv(tables["projection_by_pair"], VALIDATION_DIR / "projection_by_pair.csv", PROJECTION_COLUMNS)
     # The cross-GPU bands go into the parameter file first: the ratios below are printed with them.
-    validated = replace(current, bands=tables["bands"])
+    validated = replace(current, bands=tables["bands"], projection=tables["projection"])
     (DATA / PARAMS_FILE).write_text(params_json(current.version, current.params, current.fitted_on,
                                                 validation_json(validated)))
     load_model_file.cache_clear()
@@ -172,6 +176,8 @@ def _table(rows: list[dict], key: str) -> list[str]:
 
 
 def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
+    from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS
+
     logo, lofo = tables["logo"], tables["lofo"]
     lines = [f"# Throughput model {version}: validation", "",
              "Every figure here is of rows the fit never saw. The rows (`bench/data/reference/`, sources in its "
@@ -184,12 +190,37 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
              "(targets: median <= 10 %, p90 <= 25 %).",
              f"- **Leave-one-family-out** (each model family predicted by a fit without it): median "
              f"**{lofo['median_error_pct']} %**, p90 **{lofo['p90_error_pct']} %** (target: median <= 10 %).", "",
-             "Predictions state the leave-one-GPU-out figure of their kind of GPU and carry its interval: the "
-             "prediction divided by the 90th and 10th percentiles of predicted / measured.", "",
-             "| kind of GPU | rows | median error % | p90 error % | predicted/measured p10 | p90 |",
+             "Every prediction states the leave-one-GPU-out error of the narrowest slice below that matches it "
+             "(kind of GPU, then op mix, then training rows: a prediction is a training step; a slice needs "
+             f"{BAND_MIN_ROWS} held-out rows of {BAND_MIN_GPUS} GPUs, so the GDDR training rows, all the RTX 3090's, "
+             "set none of their own) and carries its interval: the prediction divided by the slice's 90th "
+             "and 10th percentiles of predicted / measured. Op mix: `matmul` where matmuls and attention do over "
+             "half the compute FLOPs, else `grouped-conv` where any grouped or depthwise convolution runs, else "
+             "`conv`. No HBM row is a `conv` or `matmul` net (the DLE rows are ResNeXt101, SE-ResNeXt101 and "
+             "EfficientNets): on HBM GPUs ResNet-50 and the ViTs take the HBM training rows' slice.", "",
+             "| slice | rows | median error % | p90 error % | predicted/measured p10 | p90 |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {kind} | {b.rows} | {b.median_error_pct} | {b.p90_error_pct} | {b.ratio_low} | {b.ratio_high} |"
-              for kind, b in sorted(tables["bands"].items())]
+    lines += [f"| {key} | {b.rows} | {b.median_error_pct} | {b.p90_error_pct} | {b.ratio_low} | {b.ratio_high} |"
+              for key, b in sorted(tables["bands"].items())]
+    p = tables["projection"]
+    lines += ["", "## A measured row carried to another GPU (`projected_from_gpu`)", "",
+              "`bench cost` and `bench plan` price a GPU row on another GPU by carrying its MFU over to that GPU's "
+              "datasheet peak. Done to every pair of public rows of one configuration (source, mode, precision, "
+              f"model, memory format, batch, image size) on two GPUs, {p.rows} ordered pairs: median error "
+              f"**{p.median_error_pct} %**, p90 **{p.p90_error_pct} %**, projected / measured p10 {p.ratio_low}, "
+              f"p90 {p.ratio_high}: the interval such a line carries. Most pairs are the RTX 3090 and 4090, whose "
+              "fp16 peaks differ 2.3x and bandwidths 1.08x.", "", "| from | to | pairs | median error % | "
+              "p90 error % | median projected / measured |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['from_gpu']} | {r['to_gpu']} | {r['rows']} | {r['median_error_pct']} | {r['p90_error_pct']} | "
+              f"{r['median_ratio']} |" for r in tables["projection_by_pair"]]
+    scaled = tables["model_scaled"]
+    lines += ["", f"Projected instead by the throughput model's ratio (Habitat's way: the measured samples/s times the "
+              "predicted target / measured-GPU ratio, both predicted by the fit that never saw the target GPU), the "
+              f"same {scaled.rows} pairs are off by median **{scaled.median_error_pct} %**, p90 "
+              f"**{scaled.p90_error_pct} %** (projected / measured p10 {scaled.ratio_low}, p90 {scaled.ratio_high}), against "
+              f"{p.median_error_pct} % / {p.p90_error_pct} % for the MFU carried over and {logo['median_error_pct']} % / "
+              f"{logo['p90_error_pct']} % for the model alone (leave-one-GPU-out). `bench cost` and `bench plan` do not "
+              "project this way yet (it needs a trace of the measured row's configuration)."]
     lines += ["", "## Leave-one-GPU-out, by GPU", ""] + _table(tables["logo_by_gpu"], "gpu")
     lines += ["", "## Leave-one-GPU-out, by family", ""] + _table(tables["logo_by_family"], "family")
     lines += ["", "## Leave-one-family-out, by family", ""] + _table(tables["lofo_by_family"], "family")

@@ -45,6 +45,9 @@ COLUMNS: dict[str, str] = {
     "basis": "measured | projected_from_gpu | projected_from_cpu_profile",
     "note": "how the speed is known and what it assumes, or why the line is not priced",
     "samples_per_s_per_gpu": "measured, or MFU x the GPU's peak / model FLOPs per sample",
+    "samples_per_s_per_gpu_low": "the p10-p90 range of a predicted or projected speed's validated cross-GPU error "
+                                 "(docs/speed/validation.md); empty for a measured one",
+    "samples_per_s_per_gpu_high": "",
     "samples_per_s_instance": "per GPU x GPUs x scaling efficiency (GPUs > 1)",
     "scaling_efficiency": "the efficiency used on a multi-GPU instance; empty on one GPU",
     "scaling_basis": "measured with N processes on a device (a DDP row of the configuration) | assumed",
@@ -54,6 +57,8 @@ COLUMNS: dict[str, str] = {
     "gpu_memory_gib": "the GPU's nominal memory",
     "samples_per_run": "dataset_size x epochs",
     "hours_per_run": "", "usd_per_hour": "on-demand, whole instance", "usd_per_run": "on-demand",
+    "usd_per_run_low": "on-demand at samples_per_s_per_gpu_high; empty for a measured speed",
+    "usd_per_run_high": "on-demand at samples_per_s_per_gpu_low",
     "spot_usd_per_hour": "empty if unknown", "spot_usd_per_run": "empty if unknown",
     "price_observed": "when the price was seen", "price_valid_until": "empty: the current price",
     "price_source": "",
@@ -103,6 +108,8 @@ def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost
         "gpu": instance.gpu, "gpu_count": instance.gpu_count, "global_batch": line.global_batch,
         "status": line.status, "basis": line.basis, "note": line.note,
         "samples_per_s_per_gpu": line.samples_per_s_per_gpu,
+        "samples_per_s_per_gpu_low": line.speed_interval[0] if line.speed_interval else None,
+        "samples_per_s_per_gpu_high": line.speed_interval[1] if line.speed_interval else None,
         "samples_per_s_instance": cost.samples_per_s if cost else None,
         "scaling_efficiency": line.scaling.efficiency if line.scaling else None,
         "scaling_basis": line.scaling.basis if line.scaling else None,
@@ -110,6 +117,7 @@ def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost
         "required_memory_gib": line.memory.required_bytes / GIB, "gpu_memory_gib": line.memory.capacity_bytes / GIB,
         "samples_per_run": samples_per_run, "hours_per_run": cost.hours_per_run if cost else None,
         "usd_per_hour": instance.usd_per_hour, "usd_per_run": cost.usd_per_run if cost else None,
+        **_usd_range(line),
         "spot_usd_per_hour": instance.spot_usd_per_hour, "spot_usd_per_run": cost.spot_usd_per_run if cost else None,
         "price_observed": instance.observed, "price_valid_until": instance.valid_until,
         "price_source": instance.source,
@@ -119,6 +127,12 @@ def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost
         "vcpus_feed_gpus": fed[0].feeds if fed else None,
         "feeding_basis": fed[1].describe() + fed[2] if fed else None,
     }
+
+
+def _usd_range(line: CostLine) -> dict[str, float | None]:
+    """The run's on-demand dollars at the ends of the line's speed interval."""
+    usd = line.over_speed_range(line.cost.usd_per_run) if line.cost else None
+    return {"usd_per_run_low": usd[0] if usd else None, "usd_per_run_high": usd[1] if usd else None}
 
 
 def write_outputs(table: CostTable, folder: Path, title: str, catalog_name: str,

@@ -26,6 +26,7 @@ from bench.cost.price import (
     Workload,
     measured_scaling,
     price_line,
+    projection_error,
 )
 from bench.errors import BadInput
 from bench.frames import Tabular
@@ -37,8 +38,10 @@ class PlanError(BadInput):
     """The rows cannot answer the request as asked. The message is one line."""
 
 
-# Better evidence first: a GPU measurement, then a projection from one, then from a CPU profile.
-_EVIDENCE = {"measured": 0, "projected_from_gpu": 1, "projected_from_cpu_profile": 2, "predicted": 3}
+# Better evidence first: a GPU measurement, then the throughput model, then a measured MFU carried to another GPU
+# (whose error across public pairs of GPUs is several times the model's leave-one-GPU-out one:
+# docs/speed/validation.md), then a CPU profile's MFU (never validated on a GPU).
+_EVIDENCE = {"measured": 0, "predicted": 1, "projected_from_gpu": 2, "projected_from_cpu_profile": 3}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,20 +95,22 @@ class Option:
 
     @property
     def hours_range(self) -> tuple[float, float] | None:
-        """A predicted option's hours per run at the ends of its speed interval: hours x the 10th and 90th
-        percentiles of predicted/measured in the model's cross-GPU validation (None: measured, or not validated)."""
-        if self.line.basis != "predicted" or not self.line.row.predicted_gpu:
-            return None
-        from bench.measure.hardware import gpu_spec
-        from bench.speed.params import load_model_file
-
-        band = load_model_file().band(gpu_spec(self.line.row.predicted_gpu))
-        return None if band is None else (self.hours_per_run * band.ratio_low, self.hours_per_run * band.ratio_high)
+        """Hours per run at the ends of the speed's interval (`CostLine.speed_interval`: a predicted or projected
+        speed's p10-p90 error; None: measured, or not validated)."""
+        return self.line.over_speed_range(self.hours_per_run)
 
     @property
     def usd_range(self) -> tuple[float, float] | None:
         hours = self.hours_range
         return None if hours is None else (hours[0] * self.usd_per_hour, hours[1] * self.usd_per_hour)
+
+    @property
+    def ranges(self) -> dict[str, float | None]:
+        """`usd_per_run_low` ... `hours_per_run_high`: the p10-p90 range of a predicted or projected speed's error
+        (None: measured)."""
+        usd, hours = self.usd_range or (None, None), self.hours_range or (None, None)
+        return {"usd_per_run_low": usd[0], "usd_per_run_high": usd[1], "hours_per_run_low": hours[0],
+                "hours_per_run_high": hours[1]}
 
     @property
     def configuration(self) -> str:
@@ -116,8 +121,12 @@ class Option:
 
     @property
     def basis_text(self) -> str:
-        """The speed's basis: `measured`, `projected_from_gpu`, ... or the throughput model's version and error."""
-        return self.line.row.speed_basis if self.line.basis == "predicted" else self.line.basis or ""
+        """The speed's basis: `measured`, `projected_from_gpu (...its error)`, ... or the throughput model's version
+        and error."""
+        if self.line.basis == "predicted":
+            return self.line.row.speed_basis
+        error = projection_error() if self.line.basis == "projected_from_gpu" else ""
+        return f"{self.line.basis} ({error})" if error else self.line.basis or ""
 
     @property
     def evidence(self) -> str:
@@ -125,10 +134,10 @@ class Option:
         row = self.line.row
         text = self.basis_text
         how = "measured"
+        if self.hours_range:
+            (h_low, h_high), (u_low, u_high) = self.hours_range, self.usd_range
+            text += f"; {h_low:,.2f}-{h_high:,.2f} h, ${u_low:,.2f}-{u_high:,.2f} (p10-p90 of that error)"
         if self.line.basis == "predicted":
-            if self.hours_range:
-                (h_low, h_high), (u_low, u_high) = self.hours_range, self.usd_range
-                text += f"; {h_low:,.2f}-{h_high:,.2f} h, ${u_low:,.2f}-{u_high:,.2f} (p10-p90 of that error)"
             memory = self.line.memory
             text += f"; memory {gib(memory.required_bytes, 1, unit=False)} of {gib(memory.capacity_bytes, None)}"
             how = "predicted"
@@ -156,7 +165,7 @@ class Plan(Tabular):
     def frame_rows(self) -> list[dict]:
         """One row per option, cheapest first (`to_frame()`, and the table a notebook shows)."""
         return [{"rank": rank, "usd_per_run": option.usd_per_run, "hours_per_run": option.hours_per_run,
-                 "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
+                 **option.ranges, "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
                  "instance": option.line.instance.label, "configuration": option.configuration,
                  "accum_steps_per_gpu": option.accum_steps_per_gpu, "evidence": option.evidence}
                 for rank, option in enumerate(self.options, start=1)]
@@ -283,7 +292,7 @@ def explain(options: tuple[Option, ...]) -> str:
 
 
 def _usd(option: Option) -> str:
-    """`$12.34` measured, `$12.34 ($10.10-15.00)` predicted: the range its cross-GPU error allows."""
+    """`$12.34` measured, `$12.34 ($10.10-15.00)` predicted or projected: the range its cross-GPU error allows."""
     usd = option.usd_range
     return f"${option.usd_per_run:,.2f}" + ("" if usd is None else f" (${usd[0]:,.2f}-{usd[1]:,.2f})")
 
@@ -297,4 +306,4 @@ def _overlap(winner: Option, runner: Option) -> str:
     """A note when the runner-up's dollar range reaches the winner's: the ranking is within the error."""
     low = runner.usd_range[0] if runner.usd_range else runner.usd_per_run
     high = winner.usd_range[1] if winner.usd_range else winner.usd_per_run
-    return "; the two overlap within the throughput model's error, so either may be cheaper" if low <= high else ""
+    return "; the two overlap within their stated error, so either may be cheaper" if low <= high else ""

@@ -6,7 +6,9 @@ Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
 - `measured`: the row's own samples/s, on an instance with the GPU the row ran on;
 - `projected_from_gpu`: the row's MFU times the target GPU's datasheet dense peak for the
   row's precision, over the row's model FLOPs per sample. It assumes the MFU carries over;
-  the assumption names the peak and memory-bandwidth ratios between the two GPUs;
+  the assumption names the peak and memory-bandwidth ratios between the two GPUs, and the
+  error and interval of that assumption across pairs of public rows on two GPUs
+  (`bench.speed.validate.projection_band`);
 - `projected_from_cpu_profile`: the same arithmetic from a row measured on a CPU at its
   profile's reduced size. Refused unless asked for, and labelled: never a GPU measurement;
 - `predicted`: a row of the throughput model (`bench predict`, status `predicted`), one per GPU,
@@ -128,8 +130,10 @@ class MeasuredRow:
     predicted_gpu: str | None = None
     """A predicted row's GPU (catalog key): its speed holds on that GPU only. None: a measured row."""
     speed_basis: str = ""
-    """A predicted row's basis in words: `predicted (model v3, leave-one-GPU-out on gddr GPUs: median error
-    14.6 %, p90 41.5 %)`: the cross-GPU error of its kind of GPU."""
+    """A predicted row's basis in words: `predicted (model v3, leave-one-GPU-out, rows of conv nets on gddr GPUs:
+    median error 15.0 %, p90 28.8 %, 120 rows)`: the cross-GPU error of its kind of GPU and op mix."""
+    speed_interval: tuple[float, float] | None = None
+    """A predicted row's (low, high) samples/s: the p10-p90 of that error (`samples_per_s_low`, `_high`)."""
     grads_bytes: int | None = None
     """Gradient storage of one replica (what DDP all-reduces): with it, a multi-GPU instance whose interconnect
     is known scales as `bench.speed.ddp` predicts instead of at the assumed efficiency."""
@@ -163,6 +167,8 @@ class MeasuredRow:
                    input=row.get("input") or "synthetic",
                    predicted_gpu=row.get("gpu") if row["status"] == "predicted" else None,
                    speed_basis=row.get("speed_basis") or "",
+                   speed_interval=(None if number("samples_per_s_low") is None
+                                   else (number("samples_per_s_low"), number("samples_per_s_high"))),
                    grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")),
                    axes=configuration_key(row))
 
@@ -179,6 +185,7 @@ class MeasuredRow:
                    mfu_pct=prediction.mfu_pct, model_flops_per_sample=prediction.model_flops_per_sample,
                    peak_memory_bytes=option.peak_reserved_bytes, peak_reserved_bytes=option.peak_reserved_bytes,
                    memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=option.basis,
+                   speed_interval=prediction.interval,
                    grads_bytes=option.grads_bytes or None, axes=configuration_key(cell.to_dict()))
 
     @property
@@ -329,6 +336,24 @@ class GpuSpeed:
     samples_per_s: float
     basis: Basis
     assumption: str
+    interval: tuple[float, float] | None = None
+    """(low, high) per-GPU samples/s where the basis has a validated error (predicted, projected_from_gpu)."""
+
+
+def projection_error() -> str:
+    """What carrying a measured MFU over to another GPU has missed by, in public rows (`bench predict --validate`)."""
+    from bench.speed.params import load_model_file  # no torch: the parameter file only
+
+    band = load_model_file().projection
+    return ("" if band is None else f"measured MFU carried over: across {band.rows} pairs of public rows on two GPUs, "
+            f"median error {band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %")
+
+
+def _projection_interval(samples_per_s: float) -> tuple[float, float] | None:
+    from bench.speed.params import load_model_file
+
+    band = load_model_file().projection
+    return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
 
 
 def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
@@ -347,7 +372,7 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
     if row.predicted_gpu is not None:
         if row.predicted_gpu != gpu.gpu:
             return "no_peak", f"predicted for {row.predicted_gpu}, not {gpu.gpu}"
-        return GpuSpeed(row.samples_per_s, "predicted", row.speed_basis or "predicted")
+        return GpuSpeed(row.samples_per_s, "predicted", row.speed_basis or "predicted", row.speed_interval)
     measured = row.measured_gpu
     if measured is not None and measured.gpu == gpu.gpu:
         return GpuSpeed(row.samples_per_s, "measured", f"measured on {row.device_name}")
@@ -366,9 +391,11 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
                         f"NOT a GPU measurement: MFU {row.mfu_pct:.1f}% (of a measured matmul peak) on a CPU ({row.device_name}) "
                         f"at the CPU profile's reduced size ({row.image_size} px, effective batch "
                         f"{row.effective_batch}) applied to {target}")
+    error = projection_error()
     return GpuSpeed(samples_per_s, "projected_from_gpu",
                     f"projection: MFU {row.mfu_pct:.1f}% measured on {measured.gpu if measured else row.device_name} "
-                    f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}")
+                    f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}"
+                    + (f"; {error}" if error else ""), _projection_interval(samples_per_s))
 
 
 def _ratios(measured: GpuSpec | None, target: GpuSpec, precision: str) -> str:
@@ -397,11 +424,21 @@ class CostLine:
     cost: RunCost | None
     scaling: Scaling | None = None
     """The scaling efficiency used on a multi-GPU instance; None on one GPU."""
+    speed_interval: tuple[float, float] | None = None
+    """(low, high) per-GPU samples/s where the speed's basis has a validated error (`GpuSpeed.interval`)."""
 
     @property
     def global_batch(self) -> int:
         """Samples per optimizer step across the instance: every GPU runs the measured configuration."""
         return self.row.effective_batch * self.instance.gpu_count
+
+    def over_speed_range(self, amount: float) -> tuple[float, float] | None:
+        """`amount` (hours or dollars per run: inversely proportional to the speed) at the fast and the slow end of
+        `speed_interval`; None without one."""
+        if self.speed_interval is None:
+            return None
+        low, high = self.speed_interval
+        return amount * self.samples_per_s_per_gpu / high, amount * self.samples_per_s_per_gpu / low
 
 
 def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumptions: Assumptions,
@@ -435,7 +472,7 @@ def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumpt
                     gpu_count=instance.gpu_count, scaling_efficiency=scaling.efficiency if scaling else 1.0,
                     usd_per_hour=instance.usd_per_hour, spot_usd_per_hour=instance.spot_usd_per_hour)
     return CostLine(**common, status="priced", note=note, basis=speed.basis,
-                    samples_per_s_per_gpu=speed.samples_per_s, cost=cost)
+                    samples_per_s_per_gpu=speed.samples_per_s, cost=cost, speed_interval=speed.interval)
 
 
 @dataclass(frozen=True)

@@ -218,11 +218,14 @@ PREDICTED_COLUMNS: dict[str, Column] = {
     "predicted_kernel_overhead_ms": Column("float", "fixed per-kernel cost, all kernels"),
     "predicted_bound": Column("str", "compute | memory | non-tensor | overhead (per-kernel cost or host dispatch): "
                                      "what sets the predicted step"),
+    "op_mix": Column("str", "matmul | conv | grouped-conv: what the step's compute FLOPs are mostly "
+                            "(bench.speed.model.mix_of); with the kind of GPU, the validation slice whose error applies"),
     "samples_per_s_low": Column("float", "samples_per_s / the 90th percentile of predicted/measured in the "
-                                         "leave-one-GPU-out validation of this kind of GPU"),
+                                         "leave-one-GPU-out validation slice of this kind of GPU and op mix"),
     "samples_per_s_high": Column("float", "samples_per_s / the 10th percentile of the same"),
     "speed_model_version": Column("str", "version of bench/data/speed_params.json"),
-    "speed_basis": Column("str", "predicted (model vX, leave-one-GPU-out on <kind> GPUs: median error Y %, p90 Z %)"),
+    "speed_basis": Column("str", "predicted (model vX, leave-one-GPU-out, <slice>: median error Y %, p90 Z %, "
+                                 "N rows)"),
 }
 """A prediction's row (`bench predict`, status predicted), one per cell and GPU: an estimate's columns and the
 throughput model's."""

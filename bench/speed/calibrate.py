@@ -189,17 +189,22 @@ def fitted_params_json() -> tuple[str, Dataset]:
 
 def validation_json(model) -> dict:
     """The validation part of the parameter file, as `load_model_file` reads it."""
-    return {"name": model.validation, "bands": {key: vars(band) for key, band in sorted(model.bands.items())}}
+    projection = {} if model.projection is None else {"projection": vars(model.projection)}
+    return {"name": model.validation, "bands": {key: vars(band) for key, band in sorted(model.bands.items())},
+            **projection}
 
 
-def held_out(data: Dataset, groups: np.ndarray) -> np.ndarray:
-    """Each row's predicted samples/s from a fit that never saw a row of its group (a GPU, a family)."""
-    predicted = np.zeros(len(data.rows))
+def held_out_fits(data: Dataset, groups: np.ndarray) -> dict[str, np.ndarray]:
+    """Per group (a GPU, a family): every row's predicted samples/s from a fit that never saw a row of that group."""
     start = reference_start()
-    for group in sorted(set(groups)):
-        out = groups == group
-        params = fit(data, ~out, start)
-        predicted[out] = predict_samples_per_s(data, params)[out]
+    return {group: predict_samples_per_s(data, fit(data, groups != group, start)) for group in sorted(set(groups))}
+
+
+def held_out(fits: dict[str, np.ndarray], groups: np.ndarray) -> np.ndarray:
+    """Each row's prediction from the fit of `held_out_fits` that never saw its group."""
+    predicted = np.zeros(len(groups))
+    for group, prediction in fits.items():
+        predicted[groups == group] = prediction[groups == group]
     return predicted
 
 

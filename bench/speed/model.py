@@ -39,6 +39,8 @@ from bench.speed.params import SpeedParams
 from bench.speed.trace import DTYPES, OP_CLASSES, OpTable
 
 Bound = Literal["compute", "memory", "non-tensor", "overhead"]
+OpMix = Literal["matmul", "conv", "grouped-conv"]
+"""What kind of network a step's compute is: the validation's error differs by it (`bench.speed.params.band_keys`)."""
 TILE_ELEMENTS = 128 * 128
 """Output elements per thread-block tile of a tensor-core kernel (cuBLAS and cuDNN's common 128 x 128
 tile): what a wave over the SMs is counted in. A fixed figure, not fitted."""
@@ -65,6 +67,36 @@ _COMPUTE_INDEX = np.array([name in COMPUTE_CLASSES for name in OP_CLASSES])
 _KERNEL_INDEX = np.array([name != "view" for name in OP_CLASSES])
 _CONV_INDEX = np.array([name in ("conv", "grouped_conv") for name in OP_CLASSES])
 _HALF_INDEX = np.array([name in ("float16", "bfloat16") for name in DTYPES])
+
+
+def mix_of(matmul_flops: float, grouped_conv_flops: float, compute_flops: float) -> OpMix:
+    """`matmul` where matmuls and attention do more than half the compute FLOPs (ViTs, MLP-mixers, ConvNeXts,
+    whose 1x1 convolutions are linear layers), else `grouped-conv` where any grouped or depthwise convolution runs
+    (RegNets, EfficientNets, MobileNets, ResNeXts), else `conv` (ResNets, VGGs, DenseNets).
+
+    >>> mix_of(6.0, 0.0, 10.0), mix_of(1.0, 0.2, 10.0), mix_of(1.0, 0.0, 10.0)
+    ('matmul', 'grouped-conv', 'conv')
+    """
+    if matmul_flops > compute_flops / 2:
+        return "matmul"
+    return "grouped-conv" if grouped_conv_flops > 0 else "conv"
+
+
+def op_mixes(table: OpTable, row_index: np.ndarray, rows: int) -> list[OpMix]:
+    """`mix_of` each of `rows` steps whose ops are concatenated in `table` (`row_index`: each entry's step)."""
+    flops = table.flops * table.count
+
+    def per_row(names: tuple[str, ...]) -> np.ndarray:
+        chosen = np.isin(table.op_class, [OP_CLASSES.index(name) for name in names])
+        return np.bincount(row_index, weights=flops * chosen, minlength=rows)
+
+    return [mix_of(m, g, c) for m, g, c in zip(per_row(("matmul", "attention")), per_row(("grouped_conv",)),
+                                               per_row(COMPUTE_CLASSES))]
+
+
+def op_mix(table: OpTable) -> OpMix:
+    """`mix_of` the step whose ops are `table`."""
+    return op_mixes(table, np.zeros(len(table.count), dtype=int), 1)[0]
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,38 @@ class ErrorBand:
     rows: int
 
 
+BAND_MIN_ROWS = 20
+"""The fewest held-out rows a slice of the validation needs to set an interval of its own (`band_keys`)."""
+BAND_MIN_GPUS = 2
+"""... and the fewest GPUs they come from: a cross-GPU error from one GPU's rows is that GPU's error."""
+
+
+def band_keys(spec: GpuSpec | None, mix: str | None = None) -> tuple[str, ...]:
+    """The validation slices a prediction's error may come from, narrowest first: its kind of GPU (`band_key`),
+    op mix (`bench.speed.model.mix_of`) and training rows (a prediction is a training step), then wider ones.
+    The first slice the validation holds (`BAND_MIN_ROWS` rows or more, of `BAND_MIN_GPUS` GPUs) applies.
+
+    >>> from bench.measure.hardware import gpu_spec
+    >>> band_keys(gpu_spec("RTX-4090"), "conv")
+    ('gddr conv train', 'gddr conv', 'gddr train', 'gddr', 'all')
+    """
+    if spec is None:
+        return ("all",)
+    kind = band_key(spec)
+    narrow = (f"{kind} {mix} train", f"{kind} {mix}") if mix else ()
+    return (*narrow, f"{kind} train", kind, "all")
+
+
+def describe_band_key(key: str) -> str:
+    """`gddr conv train` -> `training rows of conv nets on gddr GPUs`."""
+    words = key.split()
+    if words == ["all"]:
+        return "all GPUs"
+    rows = "training rows" if "train" in words else "rows"
+    mix = f" of {words[1]} nets" if len(words) > 1 and words[1] != "train" else ""
+    return f"{rows}{mix} on {words[0]} GPUs"
+
+
 @dataclass(frozen=True)
 class ModelFile:
     """What `bench/data/speed_params.json` holds: the version, the parameters, their basis and error."""
@@ -95,26 +127,34 @@ class ModelFile:
     validation: str
     """Which validation the error figures are: `leave-one-GPU-out` (cross-GPU)."""
     bands: dict[str, ErrorBand]
-    """Cross-GPU error per kind of GPU (`band_key`), and `all`."""
+    """Cross-GPU error per validation slice (`band_keys`), and `all`."""
+    projection: ErrorBand | None = None
+    """The error of carrying a measured MFU over to another GPU (`bench cost`'s `projected_from_gpu`), from pairs
+    of public rows of one configuration on two GPUs (`bench.speed.validate.projection_band`)."""
 
-    def band(self, spec: GpuSpec | None = None) -> ErrorBand | None:
-        """The error band that applies on `spec`: its kind's, else the overall one (None: not validated)."""
-        overall = self.bands.get("all")
-        return overall if spec is None else self.bands.get(band_key(spec), overall)
+    def band_and_key(self, spec: GpuSpec | None = None, mix: str | None = None) -> tuple[str, ErrorBand] | None:
+        """The error band that applies to a prediction on `spec` of a step of `mix`, and its slice (None: not
+        validated)."""
+        return next(((key, self.bands[key]) for key in band_keys(spec, mix) if key in self.bands), None)
 
-    def basis(self, spec: GpuSpec | None = None) -> str:
-        """`predicted (model v3, leave-one-GPU-out on gddr GPUs: median error 14.6 %, p90 41.5 %)`."""
-        band = self.band(spec)
-        if band is None:
+    def band(self, spec: GpuSpec | None = None, mix: str | None = None) -> ErrorBand | None:
+        found = self.band_and_key(spec, mix)
+        return None if found is None else found[1]
+
+    def basis(self, spec: GpuSpec | None = None, mix: str | None = None) -> str:
+        """`predicted (model v3, leave-one-GPU-out, rows of conv nets on gddr GPUs: median error 15.0 %, p90 28.8 %,
+        120 rows)`."""
+        found = self.band_and_key(spec, mix)
+        if found is None:
             return f"predicted (model {self.version}, not validated)"
-        kind = "" if spec is None or band_key(spec) not in self.bands else f" on {band_key(spec)} GPUs"
-        return (f"predicted (model {self.version}, {self.validation}{kind}: median error "
-                f"{band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %)")
+        key, band = found
+        return (f"predicted (model {self.version}, {self.validation}, {describe_band_key(key)}: median error "
+                f"{band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %, {band.rows} rows)")
 
-    def interval(self, samples_per_s: float, spec: GpuSpec) -> tuple[float, float] | None:
+    def interval(self, samples_per_s: float, spec: GpuSpec, mix: str | None = None) -> tuple[float, float] | None:
         """(low, high) samples/s: the prediction over the 90th and 10th percentiles of predicted/measured
-        in the cross-GPU validation of `spec`'s kind of GPU (None: not validated)."""
-        band = self.band(spec)
+        in the cross-GPU validation's slice that applies (`band_keys`; None: not validated)."""
+        band = self.band(spec, mix)
         return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
 
 
@@ -127,8 +167,9 @@ def band_key(spec: GpuSpec) -> str:
 def load_model_file() -> ModelFile:
     data = json.loads(resources.files("bench.data").joinpath(PARAMS_FILE).read_text())
     bands = {key: ErrorBand(**value) for key, value in data["validation"]["bands"].items()}
+    projection = data["validation"].get("projection")
     return ModelFile(data["version"], SpeedParams(**data["params"]), data["fitted_on"],
-                     data["validation"]["name"], bands)
+                     data["validation"]["name"], bands, None if projection is None else ErrorBand(**projection))
 
 
 def params_json(version: str, params: SpeedParams, fitted_on: str, validation: dict) -> str:

@@ -45,7 +45,7 @@ from bench.results.rows import cell_row, failure, failure_from
 from bench.results.schema import PREDICTED_COLUMNS
 from bench.results.store import RunsFile
 from bench.speed.ddp import BYTES_PER_GRADIENT
-from bench.speed.model import NoDatasheetPeak, StepTime, gpu_rates, step_time
+from bench.speed.model import NoDatasheetPeak, OpMix, StepTime, gpu_rates, op_mix, step_time
 from bench.speed.params import ModelFile, load_model_file
 from bench.speed.trace import StepOps, trace_cell
 
@@ -68,6 +68,8 @@ class Prediction:
     interval: tuple[float, float] | None
     """(low, high) samples/s from the cross-GPU validation's residuals (`ModelFile.interval`)."""
     basis: str
+    op_mix: OpMix
+    """The step's op mix: with the kind of GPU, which validation slice's error applies."""
 
 
 def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None = None) -> Prediction:
@@ -84,7 +86,9 @@ def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None 
     """
     model = model or load_model_file()
     rates = gpu_rates(spec, cell.precision)
-    step = step_time(ops.for_step(cell.accum_steps), rates, model.params)
+    table = ops.for_step(cell.accum_steps)
+    step = step_time(table, rates, model.params)
+    mix = op_mix(table)
     samples_per_s = cell.effective_batch / step.step_time_s
     flops = flops_per_sample(ModelSpec.of(cell), cell.image_size, cell.checkpointing)
     peak = rates.headline_peak_flops_per_s
@@ -92,7 +96,7 @@ def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None 
                       f"datasheet: {spec.gpu} {PEAK_COLUMN[cell.precision]} ({spec.source})",
                       utilization_pct(flops.model, samples_per_s, peak),
                       utilization_pct(flops.hardware, samples_per_s, peak), flops.model, flops.hardware,
-                      model.interval(samples_per_s, spec), model.basis(spec))
+                      model.interval(samples_per_s, spec, mix), model.basis(spec, mix), mix)
 
 
 def prediction_columns(prediction: Prediction, model: ModelFile) -> dict:
@@ -105,7 +109,7 @@ def prediction_columns(prediction: Prediction, model: ModelFile) -> dict:
         "predicted_host_ms": round(step.host_s * 1e3, 4), "predicted_compute_ms": round(step.compute_s * 1e3, 4),
         "predicted_memory_ms": round(step.memory_s * 1e3, 4),
         "predicted_non_tensor_ms": round(step.non_tensor_s * 1e3, 4),
-        "samples_per_s_low": low, "samples_per_s_high": high,
+        "op_mix": prediction.op_mix, "samples_per_s_low": low, "samples_per_s_high": high,
         "predicted_kernel_overhead_ms": round(step.kernel_overhead_s * 1e3, 4), "predicted_bound": step.bound,
         "model_flops_per_sample": prediction.model_flops_per_sample,
         "hardware_flops_per_sample": prediction.hardware_flops_per_sample,

@@ -1,7 +1,9 @@
 """How good the throughput model is where users meet it: on GPUs and families the fit never saw.
 
 Leave-one-GPU-out (each GPU predicted by a fit without a row of it) is the cross-GPU error every
-prediction states, per kind of GPU (`band_key`); leave-one-family-out is the cross-model error.
+prediction states, per kind of GPU and op mix (`bench.speed.params.band_keys`); leave-one-family-out is the
+cross-model error. `projection_band` validates what `bench cost` does without the model: a measured MFU carried
+to another GPU.
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ import numpy as np
 
 from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_spec
-from bench.speed.calibrate import Dataset, error_summary, held_out, reference_dataset
-from bench.speed.model import NoDatasheetPeak
-from bench.speed.params import ErrorBand, band_key, load_model_file
+from bench.speed.calibrate import Dataset, error_summary, held_out, held_out_fits, reference_dataset
+from bench.speed.model import NoDatasheetPeak, op_mixes
+from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS, ErrorBand, band_key, load_model_file
 from bench.speed.predict import predict_on
 from bench.speed.trace import trace_step_ops
 
@@ -20,7 +22,8 @@ RATIO_GPUS = ("A100-80GB", "A100-40GB", "H100-80GB", "H200", "B200", "RTX-3090",
               "T4", "V100-16GB")
 RATIO_CELLS = (("resnet50", 256), ("vit_base_patch16_224", 128))
 """Cross-GPU ratios: the study's two models at a micro-batch that fills a large GPU."""
-VALIDATION_COLUMNS = ("source", "gpu", "mode", "precision", "model", "memory_format", "family", "batch_size", "image_size",
+VALIDATION_COLUMNS = ("source", "gpu", "mode", "precision", "model", "memory_format", "family", "op_mix", "batch_size",
+                      "image_size",
                       "measured_samples_per_s", "logo_predicted_samples_per_s", "logo_error_pct",
                       "lofo_predicted_samples_per_s", "lofo_error_pct")
 """validation.csv: one held-out prediction per reference row."""
@@ -48,26 +51,107 @@ def error_band(predicted: np.ndarray, measured: np.ndarray) -> ErrorBand:
                      round(float(high), 3), len(measured))
 
 
+def error_bands(predicted: np.ndarray, measured: np.ndarray, gpus: np.ndarray, kinds: np.ndarray, mixes: np.ndarray,
+                training: np.ndarray) -> dict[str, ErrorBand]:
+    """The interval and error of every validation slice (`bench.speed.params.band_keys`) that holds at least
+    `BAND_MIN_ROWS` held-out rows of `BAND_MIN_GPUS` GPUs; `all` and each kind of GPU always."""
+    slices = {"all": np.ones(len(measured), dtype=bool)}
+    for kind in sorted(set(kinds)):
+        slices[kind] = kinds == kind
+        slices[f"{kind} train"] = (kinds == kind) & training
+        for mix in sorted(set(mixes)):
+            slices[f"{kind} {mix}"] = (kinds == kind) & (mixes == mix)
+            slices[f"{kind} {mix} train"] = (kinds == kind) & (mixes == mix) & training
+    return {key: error_band(predicted[rows], measured[rows]) for key, rows in slices.items()
+            if (rows.sum() >= BAND_MIN_ROWS and len(set(gpus[rows])) >= BAND_MIN_GPUS) or key == "all" or key in kinds}
+
+
 def validation_tables(data: Dataset | None = None) -> dict:
-    """Held-out predictions of every reference row, and their errors by GPU, family and kind of GPU."""
+    """Held-out predictions of every reference row, and their errors by GPU, family and validation slice."""
     data = data or reference_dataset()
     measured = data.measured_samples_per_s
     gpus, families = data.column("gpu"), data.column("family")
-    by_gpu = held_out(data, gpus)
-    by_family = held_out(data, families)
+    mixes = np.array(op_mixes(data.table, data.row_index, len(data.rows)))
+    gpu_fits = held_out_fits(data, gpus)
+    by_gpu = held_out(gpu_fits, gpus)
+    by_family = held_out(held_out_fits(data, families), families)
     rows = [dict(zip(VALIDATION_COLUMNS, (
-                row.source, row.gpu, row.mode, row.precision, row.model, row.memory_format, row.family, row.batch_size,
-                row.image_size, row.samples_per_s, round(float(g), 1), round(abs(g / row.samples_per_s - 1) * 100, 1),
-                round(float(f), 1), round(abs(f / row.samples_per_s - 1) * 100, 1))))
-            for row, g, f in zip(data.rows, by_gpu, by_family)]
+                row.source, row.gpu, row.mode, row.precision, row.model, row.memory_format, row.family, mix,
+                row.batch_size, row.image_size, row.samples_per_s, round(float(g), 1),
+                round(abs(g / row.samples_per_s - 1) * 100, 1), round(float(f), 1),
+                round(abs(f / row.samples_per_s - 1) * 100, 1))))
+            for row, mix, g, f in zip(data.rows, mixes, by_gpu, by_family)]
     kinds = np.array([band_key(gpu_spec(gpu)) for gpu in gpus])
-    bands = {"all": error_band(by_gpu, measured),
-             **{kind: error_band(by_gpu[kinds == kind], measured[kinds == kind]) for kind in sorted(set(kinds))}}
+    bands = error_bands(by_gpu, measured, gpus, kinds, mixes, data.column("mode") == "train")
     return {"rows": rows, "logo_by_gpu": _by(gpus, by_gpu, measured, "gpu"),
             "logo_by_family": _by(families, by_gpu, measured, "family"),
             "lofo_by_family": _by(families, by_family, measured, "family"),
             "lofo_by_gpu": _by(gpus, by_family, measured, "gpu"),
-            "logo": _summary(by_gpu, measured), "lofo": _summary(by_family, measured), "bands": bands}
+            "logo": _summary(by_gpu, measured), "lofo": _summary(by_family, measured), "bands": bands,
+            "model_scaled": projection_band(model_scaled_pairs(data, gpu_fits))}
+
+
+PROJECTION_COLUMNS = ("from_gpu", "to_gpu", *ERROR_COLUMNS)
+"""projection_by_pair.csv: the MFU carry-over's error per (measured GPU, target GPU)."""
+
+
+def _configuration(row) -> tuple:
+    """What two reference rows must share to be one configuration on two GPUs."""
+    return (row.source, row.mode, row.precision, row.model, row.memory_format, row.batch_size, row.image_size,
+            row.attention)
+
+
+def model_scaled_pairs(data: Dataset, gpu_fits: dict[str, np.ndarray]) -> list[tuple[str, str, float]]:
+    """(measured GPU, target GPU, projected / measured) for the pairs of `projection_pairs`, projected instead by
+    the throughput model's ratio (Habitat's way: the measured samples/s times the predicted target-over-measured
+    ratio), both predictions from the fit that never saw the target GPU (`held_out_fits`)."""
+    groups: dict[tuple, list[int]] = {}
+    for index, row in enumerate(data.rows):
+        groups.setdefault(_configuration(row), []).append(index)
+    pairs = []
+    for key, members in sorted(groups.items()):
+        for a in members:
+            for b in members:
+                row_a, row_b = data.rows[a], data.rows[b]
+                if row_a.gpu != row_b.gpu:
+                    fit = gpu_fits[row_b.gpu]
+                    pairs.append((row_a.gpu, row_b.gpu,
+                                  row_a.samples_per_s * fit[b] / fit[a] / row_b.samples_per_s))
+    return pairs
+
+
+def projection_pairs() -> list[tuple[str, str, float]]:
+    """(measured GPU, target GPU, projected / measured) for every ordered pair of public rows of one configuration
+    (source, mode, precision, model, memory format, batch, image size, attention) on two GPUs, projected as `bench
+    cost` projects a measured row (`bench.cost.price.gpu_speed`, `projected_from_gpu`): the first row's MFU
+    carried over to the second GPU's datasheet peak for the precision, i.e. its samples/s x the peaks' ratio."""
+    from bench.speed.reference import reference_rows
+
+    groups: dict[tuple, list] = {}
+    for row in reference_rows():
+        groups.setdefault(_configuration(row), []).append(row)
+    pairs = []
+    for key, rows in sorted(groups.items()):
+        for a in rows:
+            for b in rows:
+                peaks = [gpu_spec(row.gpu).peak_flops_per_s(row.precision) for row in (a, b)]
+                if a.gpu != b.gpu and all(peaks):
+                    pairs.append((a.gpu, b.gpu, a.samples_per_s * peaks[1] / peaks[0] / b.samples_per_s))
+    return pairs
+
+
+def projection_band(pairs: list[tuple[str, str, float]]) -> ErrorBand:
+    """The interval and error of a projected speed, from `projection_pairs`."""
+    ratio = np.array([r for _, _, r in pairs])
+    return error_band(ratio, np.ones(len(ratio)))
+
+
+def projection_by_pair(pairs: list[tuple[str, str, float]]) -> list[dict]:
+    """`projection_pairs`' error per (measured GPU, target GPU)."""
+    keys = sorted({(a, b) for a, b, _ in pairs})
+    return [{"from_gpu": a, "to_gpu": b,
+             **_summary(np.array([r for x, y, r in pairs if (x, y) == (a, b)]),
+                        np.ones(sum((x, y) == (a, b) for x, y, _ in pairs)))} for a, b in keys]
 
 
 def cross_gpu_columns() -> tuple[str, ...]:
