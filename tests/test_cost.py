@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from conftest import paragraphs, read_rows, run_bench
+from conftest import REPO, paragraphs, read_rows, run_bench
 
 from bench.cost.catalog import COLUMNS as CATALOG_COLUMNS
 from bench.cost.catalog import Instance, load_catalog
@@ -297,6 +297,28 @@ def test_on_a_gpu_without_a_measurement_the_model_beats_a_carried_over_mfu():
     # Its hours follow its interval: the slowest end is the longest run.
     low, high = option.hours_range
     assert low == pytest.approx(option.hours_per_run * 450 / 600) and high == pytest.approx(option.hours_per_run * 450 / 400)
+
+
+def test_a_measured_line_carries_its_rows_95_percent_interval():
+    from bench.cost.outputs import load_ok_rows
+
+    folder = next(REPO.glob("results/resnet50/cpu-*"))
+    rows = load_ok_rows(folder)
+    raw = {r["cell_id"]: r for r in read_rows(folder / "runs.csv") if r["status"] == "ok"}
+    assert rows
+    for row in rows:
+        low, high = row.speed_interval
+        batch_ms = row.effective_batch * 1e3
+        assert low == pytest.approx(batch_ms / float(raw[row.cell_id]["step_time_ci95_high_ms"]))
+        assert high == pytest.approx(batch_ms / float(raw[row.cell_id]["step_time_ci95_low_ms"]))
+        assert low <= row.samples_per_s <= high, row.cell_id
+    # Had it been measured on an A100, its A100 line would be measured, with that interval.
+    on_gpu = replace(rows[0], profile="cuda", device_type="cuda", device_name="NVIDIA A100-SXM4-40GB")
+    line, = price_rows([on_gpu], (_instance("A100-40GB"),), Workload(), Assumptions()).lines
+    assert (line.basis, line.speed_interval) == ("measured", rows[0].speed_interval)
+    option = make_plan([on_gpu], (_instance("A100-40GB"),), PlanRequest(model="resnet50",
+                       effective_batch=on_gpu.effective_batch, image_size=on_gpu.image_size), Assumptions()).options[0]
+    assert "(95 % interval of the measured median step)" in option.evidence
 
 
 def test_plan_splits_the_effective_batch_across_gpus():

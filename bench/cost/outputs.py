@@ -46,7 +46,8 @@ COLUMNS: dict[str, str] = {
     "note": "how the speed is known and what it assumes, or why the line is not priced",
     "samples_per_s_per_gpu": "measured, or MFU x the GPU's peak / model FLOPs per sample",
     "samples_per_s_per_gpu_low": "the p10-p90 range of a predicted or projected speed's validated cross-GPU error "
-                                 "(docs/speed/validation.md); empty for a measured one",
+                                 "(docs/speed/validation.md), or a measured speed's 95 % interval of its median "
+                                 "step; empty where neither is known (a CPU-profile projection)",
     "samples_per_s_per_gpu_high": "",
     "samples_per_s_instance": "per GPU x GPUs x scaling efficiency (GPUs > 1)",
     "scaling_efficiency": "the efficiency used on a multi-GPU instance; empty on one GPU",
@@ -57,7 +58,7 @@ COLUMNS: dict[str, str] = {
     "gpu_memory_gib": "the GPU's nominal memory",
     "samples_per_run": "dataset_size x epochs",
     "hours_per_run": "", "usd_per_hour": "on-demand, whole instance", "usd_per_run": "on-demand",
-    "usd_per_run_low": "on-demand at samples_per_s_per_gpu_high; empty for a measured speed",
+    "usd_per_run_low": "on-demand at samples_per_s_per_gpu_high",
     "usd_per_run_high": "on-demand at samples_per_s_per_gpu_low",
     "spot_usd_per_hour": "empty if unknown", "spot_usd_per_run": "empty if unknown",
     "price_observed": "when the price was seen", "price_valid_until": "empty: the current price",

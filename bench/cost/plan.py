@@ -96,7 +96,7 @@ class Option:
     @property
     def hours_range(self) -> tuple[float, float] | None:
         """Hours per run at the ends of the speed's interval (`CostLine.speed_interval`: a predicted or projected
-        speed's p10-p90 error; None: measured, or not validated)."""
+        speed's p10-p90 error, a measured one's 95 % interval; None: not known)."""
         return self.line.over_speed_range(self.hours_per_run)
 
     @property
@@ -106,8 +106,7 @@ class Option:
 
     @property
     def ranges(self) -> dict[str, float | None]:
-        """`usd_per_run_low` ... `hours_per_run_high`: the p10-p90 range of a predicted or projected speed's error
-        (None: measured)."""
+        """`usd_per_run_low` ... `hours_per_run_high`: the ends of the speed's interval (`hours_range`; None: none)."""
         usd, hours = self.usd_range or (None, None), self.hours_range or (None, None)
         return {"usd_per_run_low": usd[0], "usd_per_run_high": usd[1], "hours_per_run_low": hours[0],
                 "hours_per_run_high": hours[1]}
@@ -136,7 +135,9 @@ class Option:
         how = "measured"
         if self.hours_range:
             (h_low, h_high), (u_low, u_high) = self.hours_range, self.usd_range
-            text += f"; {h_low:,.2f}-{h_high:,.2f} h, ${u_low:,.2f}-{u_high:,.2f} (p10-p90 of that error)"
+            text += f"; {h_low:,.2f}-{h_high:,.2f} h, ${u_low:,.2f}-{u_high:,.2f} ({self.line.interval_basis})"
+        elif self.line.basis == "projected_from_cpu_profile":
+            text += "; no range: a CPU profile's MFU has never been checked against a GPU"
         if self.line.basis == "predicted":
             memory = self.line.memory
             text += f"; memory {gib(memory.required_bytes, 1, unit=False)} of {gib(memory.capacity_bytes, None)}"

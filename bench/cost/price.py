@@ -133,7 +133,8 @@ class MeasuredRow:
     """A predicted row's basis in words: `predicted (model v3, leave-one-GPU-out, rows of conv nets on gddr GPUs:
     median error 15.0 %, p90 28.8 %, 120 rows)`: the cross-GPU error of its kind of GPU and op mix."""
     speed_interval: tuple[float, float] | None = None
-    """A predicted row's (low, high) samples/s: the p10-p90 of that error (`samples_per_s_low`, `_high`)."""
+    """(low, high) samples/s: a predicted row's p10-p90 of that error (`samples_per_s_low`, `_high`), a measured
+    row's 95 % interval of its median step (`step_time_ci95_low_ms`, `_high_ms`)."""
     grads_bytes: int | None = None
     """Gradient storage of one replica (what DDP all-reduces): with it, a multi-GPU instance whose interconnect
     is known scales as `bench.speed.ddp` predicts instead of at the assumed efficiency."""
@@ -167,8 +168,7 @@ class MeasuredRow:
                    input=row.get("input") or "synthetic",
                    predicted_gpu=row.get("gpu") if row["status"] == "predicted" else None,
                    speed_basis=row.get("speed_basis") or "",
-                   speed_interval=(None if number("samples_per_s_low") is None
-                                   else (number("samples_per_s_low"), number("samples_per_s_high"))),
+                   speed_interval=_row_interval(row, number),
                    grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")),
                    axes=configuration_key(row))
 
@@ -191,6 +191,11 @@ class MeasuredRow:
     @property
     def effective_batch(self) -> int:
         return self.micro_batch * self.accum_steps
+
+    @property
+    def interval_basis(self) -> str:
+        """What `speed_interval` is, in words."""
+        return "p10-p90 of that error" if self.predicted_gpu else "95 % interval of the measured median step"
 
     def key(self, ignore: Iterable[str] = ()) -> Key:
         """The row's configuration key (`bench.results.keys`), less `ignore`."""
@@ -232,6 +237,18 @@ class MeasuredRow:
         if self.memory_source == "tracked_tensors":
             return self.peak_memory_bytes, "tracked_tensors (CPU MemTracker peak; no CUDA allocator or context)"
         return self.peak_memory_bytes, self.memory_source or "peak_memory_bytes"
+
+
+def _row_interval(row: Mapping[str, object], number) -> tuple[float, float] | None:
+    """A runs row's speed interval (`MeasuredRow.speed_interval`); None where the row has none."""
+    if row["status"] == "predicted":
+        low, high = number("samples_per_s_low"), number("samples_per_s_high")
+        return None if low is None or high is None else (low, high)
+    slow, fast = number("step_time_ci95_high_ms"), number("step_time_ci95_low_ms")
+    if not slow or not fast:
+        return None
+    batch = int(row["micro_batch"]) * int(row["accum_steps"])
+    return batch * 1e3 / slow, batch * 1e3 / fast
 
 
 @dataclass(frozen=True)
@@ -337,7 +354,9 @@ class GpuSpeed:
     basis: Basis
     assumption: str
     interval: tuple[float, float] | None = None
-    """(low, high) per-GPU samples/s where the basis has a validated error (predicted, projected_from_gpu)."""
+    """(low, high) per-GPU samples/s: a prediction's or projection's validated error, a measurement's 95 % interval."""
+    interval_basis: str = ""
+    """What `interval` is, in words."""
 
 
 def projection_error() -> str:
@@ -372,10 +391,12 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
     if row.predicted_gpu is not None:
         if row.predicted_gpu != gpu.gpu:
             return "no_peak", f"predicted for {row.predicted_gpu}, not {gpu.gpu}"
-        return GpuSpeed(row.samples_per_s, "predicted", row.speed_basis or "predicted", row.speed_interval)
+        return GpuSpeed(row.samples_per_s, "predicted", row.speed_basis or "predicted", row.speed_interval,
+                        row.interval_basis)
     measured = row.measured_gpu
     if measured is not None and measured.gpu == gpu.gpu:
-        return GpuSpeed(row.samples_per_s, "measured", f"measured on {row.device_name}")
+        return GpuSpeed(row.samples_per_s, "measured", f"measured on {row.device_name}", row.speed_interval,
+                        row.interval_basis)
     peak = gpu.peak_flops_per_s(row.precision)
     if peak is None:
         return "no_peak", f"{gpu.gpu} datasheet has no {row.precision} peak: no projection"
@@ -395,7 +416,7 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
     return GpuSpeed(samples_per_s, "projected_from_gpu",
                     f"projection: MFU {row.mfu_pct:.1f}% measured on {measured.gpu if measured else row.device_name} "
                     f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}"
-                    + (f"; {error}" if error else ""), _projection_interval(samples_per_s))
+                    + (f"; {error}" if error else ""), _projection_interval(samples_per_s), "p10-p90 of that error")
 
 
 def _ratios(measured: GpuSpec | None, target: GpuSpec, precision: str) -> str:
@@ -425,7 +446,9 @@ class CostLine:
     scaling: Scaling | None = None
     """The scaling efficiency used on a multi-GPU instance; None on one GPU."""
     speed_interval: tuple[float, float] | None = None
-    """(low, high) per-GPU samples/s where the speed's basis has a validated error (`GpuSpeed.interval`)."""
+    """(low, high) per-GPU samples/s (`GpuSpeed.interval`)."""
+    interval_basis: str = ""
+    """What `speed_interval` is, in words."""
 
     @property
     def global_batch(self) -> int:
@@ -472,7 +495,8 @@ def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumpt
                     gpu_count=instance.gpu_count, scaling_efficiency=scaling.efficiency if scaling else 1.0,
                     usd_per_hour=instance.usd_per_hour, spot_usd_per_hour=instance.spot_usd_per_hour)
     return CostLine(**common, status="priced", note=note, basis=speed.basis,
-                    samples_per_s_per_gpu=speed.samples_per_s, cost=cost, speed_interval=speed.interval)
+                    samples_per_s_per_gpu=speed.samples_per_s, cost=cost, speed_interval=speed.interval,
+                    interval_basis=speed.interval_basis)
 
 
 @dataclass(frozen=True)
