@@ -293,7 +293,7 @@ def explain(options: tuple[Option, ...]) -> str:
 
 
 def _usd(option: Option) -> str:
-    """`$12.34` measured, `$12.34 ($10.10-15.00)` predicted or projected: the range its cross-GPU error allows."""
+    """`$12.34`, or `$12.34 ($10.10-15.00)` where the speed has an interval (`Option.hours_range`)."""
     usd = option.usd_range
     return f"${option.usd_per_run:,.2f}" + ("" if usd is None else f" (${usd[0]:,.2f}-{usd[1]:,.2f})")
 
