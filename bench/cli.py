@@ -78,12 +78,32 @@ def main(argv: list[str] | None = None) -> int:
         if as_json:  # the contract of docs/json.md: one object on stdout, exit 2
             print(json.dumps(error_document(exc)), flush=True)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `bench list ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return _interrupted()
+    except Exception as exc:
+        if not _caused_by_interrupt(exc):
+            raise
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    print("bench: interrupted; rows of finished cells are kept, rerun to resume", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a Ctrl-C or SIGTERM is behind `exc`: one that lands inside a library's import can come back
+    wrapped (matplotlib's class creation turns it into a RuntimeError), and is still an interrupt."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def log_file() -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401 - loaded before the tests: its first import runs ldconfig, a process the guard below refuses
+from matplotlib import font_manager  # noqa: F401 - likewise: on a new install its first import builds the font cache with fc-list
 
 REPO = Path(__file__).resolve().parent.parent
 # The device tag of the committed CPU rows (the one results/resnet50/cpu-* folder): tests that read them follow a

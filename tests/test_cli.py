@@ -194,3 +194,25 @@ def test_third_party_warnings_go_to_the_log_not_the_terminal(monkeypatch, tmp_pa
     assert "UserWarning" not in captured.err and "gemm_4bit" not in captured.err
     text = log.read_text()
     assert "a library's UserWarning" in text and "bitsandbytes.backends.cpu.ops WARNING Failed" in text
+
+
+def _raise_wrapped_interrupt(*args, **kwargs):
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as interrupt:  # how matplotlib's import hands back a Ctrl-C that lands inside it
+        raise RuntimeError("Error calling __set_name__ on '_axis_method_wrapper'") from interrupt
+
+
+def test_ctrl_c_that_a_library_wraps_is_still_an_interrupt_not_a_traceback(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("bench.commands.grids.load_grid", _raise_wrapped_interrupt)
+    assert main(["run", "experiments/smoke.toml", "--results", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "bench: interrupted; rows of finished cells are kept, rerun to resume\n"
+
+
+def test_a_library_error_without_an_interrupt_behind_it_is_not_called_one(monkeypatch, tmp_path):
+    def fails(*args, **kwargs):
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr("bench.commands.grids.load_grid", fails)
+    with pytest.raises(RuntimeError, match="a real bug"):
+        main(["run", "experiments/smoke.toml", "--results", str(tmp_path)])
