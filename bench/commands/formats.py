@@ -220,13 +220,10 @@ def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
             "oldest_price_observed": plan.oldest_price_observed,
             "stale_prices": stale_note([o.line.instance for o in plan.options], day.today()),
             "options_total": len(plan.options),
-            "options": [{"rank": rank, "usd_per_run": option.usd_per_run, "hours_per_run": option.hours_per_run,
-                         **option.ranges, "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
-                         "instance": option.line.instance.label, "configuration": option.configuration,
-                         "accum_steps_per_gpu": option.accum_steps_per_gpu, "evidence": option.evidence,
-                         "line": record(option.line, request.workload.samples_per_run, loader_costs,
-                                        strategy=" ".join(filter(None, (option.line.row.strategy, option.variant))))}
-                        for rank, option in enumerate(plan.options[:top], start=1)],
+            "options": [{**frame_row, "line": record(option.line, request.workload.samples_per_run, loader_costs,
+                                                     strategy=" ".join(filter(None, (option.line.row.strategy,
+                                                                                     option.variant))))}
+                        for frame_row, option in zip(plan.frame_rows()[:top], plan.options)],
             "reason": plan.reason}
 
 

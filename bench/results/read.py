@@ -147,7 +147,7 @@ def statuses_of(columns: dict[str, Column]) -> tuple[Status, ...]:
     >>> statuses_of(COLUMNS), statuses_of(SCHEMAS["estimated"].columns)
     (('ok', 'oom', 'error', 'skipped', 'timeout'), ('estimated', 'oom', 'error', 'skipped'))
     """
-    return next((schema.statuses for schema in SCHEMAS.values() if schema.columns is columns), STATUSES)
+    return next((schema.statuses for schema in SCHEMAS.values() if schema.columns == columns), STATUSES)
 
 
 def _field_problem(name: str, value: str, kind: str, statuses: tuple[Status, ...]) -> str | None:
