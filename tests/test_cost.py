@@ -92,6 +92,42 @@ def test_projection_is_measured_mfu_times_the_target_peak():
     assert fp32.samples_per_s == pytest.approx(0.50 * 30.3e12 / 24.6e9)  # the fp32 column, TF32 off
 
 
+def test_a_gpu_row_on_another_gpu_scales_by_the_models_ratio_between_the_two():
+    """Habitat's way: the measurement keeps what it got right on its own GPU, the model predicts what changes."""
+    row = _row(samples_per_s=2000.0, model_speeds=(("A100-40GB", 1600.0), ("H100-80GB", 3000.0)))
+    h100 = gpu_speed(row, gpu_spec("H100-80GB"))
+    assert h100.basis == "projected_by_model" and h100.samples_per_s == pytest.approx(2000.0 * 3000 / 1600)
+    assert "measured on A100-40GB x 1.88, the throughput model's predicted ratio of H100-80GB to A100-40GB" in \
+        h100.assumption
+    # Its validated error (the same pairs of public rows as the MFU carry-over's) and interval come with it.
+    band = load_model_file().model_scaled
+    assert f"median error {band.median_error_pct:.1f} %" in h100.assumption
+    assert band.median_error_pct < load_model_file().projection.median_error_pct
+    low, high = h100.interval
+    assert low == pytest.approx(h100.samples_per_s / band.ratio_high) and low < h100.samples_per_s < high
+    # A GPU the model has no speed for falls back to carrying the MFU over; the measuring GPU stays measured.
+    assert gpu_speed(row, gpu_spec("L4")).basis == "projected_from_gpu"
+    assert gpu_speed(row, gpu_spec("A100-40GB")).basis == "measured"
+
+
+def test_a_gpu_rows_model_speeds_are_the_throughput_models_own_predictions():
+    from bench.cost.outputs import with_model_speeds
+    from bench.speed.predict import predict_on
+    from bench.speed.trace import trace_step_ops
+
+    row = _row(model="test_resnet", image_size=32, micro_batch=8, accum_steps=2, samples_per_s=900.0)
+    cpu = _row(profile="cpu", device_type="cpu", device_name="Some CPU")
+    traced, untouched = with_model_speeds([row, cpu])
+    assert untouched is cpu  # no GPU measured it: nothing to scale
+    speeds = dict(traced.model_speeds)
+    assert {"A100-40GB", "H100-80GB", "L4"} <= set(speeds) and "T4" not in speeds  # T4: no bf16 peak
+    cell = row.cell()
+    expected = predict_on(cell, trace_step_ops(cell), gpu_spec("H100-80GB")).samples_per_s
+    assert speeds["H100-80GB"] == pytest.approx(expected)  # what `bench predict` says for the cell
+    h100 = gpu_speed(traced, gpu_spec("H100-80GB"))
+    assert h100.samples_per_s == pytest.approx(900.0 * speeds["H100-80GB"] / speeds["A100-40GB"])
+
+
 def test_the_measured_gpu_keeps_its_measured_speed():
     row = _row(samples_per_s=1234.5)
     speed = gpu_speed(row, gpu_spec("A100-40GB"))
@@ -299,6 +335,21 @@ def test_on_a_gpu_without_a_measurement_the_model_beats_a_carried_over_mfu():
     assert low == pytest.approx(option.hours_per_run * 450 / 600) and high == pytest.approx(option.hours_per_run * 450 / 400)
 
 
+def test_a_measurement_scaled_by_the_model_beats_the_model_alone():
+    """Across public pairs of GPUs the model's ratio applied to a measurement misses by less than the model alone
+    (docs/speed/validation.md): for one instance and configuration, its line stands over the prediction."""
+    l4 = _instance("L4", usd_per_hour=0.44)
+    measured = _row(cell_id="8x16", micro_batch=8, accum_steps=16, samples_per_s=1600.0, peak_memory_bytes=8 * GIB,
+                    model_speeds=(("A100-40GB", 1500.0), ("L4", 480.0)))
+    predicted = replace(measured, cell_id="8x16-L4", device_name="predicted for L4", samples_per_s=480.0,
+                        predicted_gpu="L4", speed_basis="predicted (model vT, leave-one-GPU-out, ...)",
+                        speed_interval=(400.0, 600.0), memory_source="estimate_cuda_allocator", model_speeds=())
+    option, = make_plan([measured, predicted], (l4,), PlanRequest(model="resnet50", effective_batch=128),
+                        Assumptions()).options
+    assert option.line.basis == "projected_by_model" and option.line.samples_per_s_per_gpu == pytest.approx(512.0)
+    assert "measured speed x the model's ratio between the two GPUs: across" in option.evidence
+
+
 def test_a_measured_line_carries_its_rows_95_percent_interval():
     from bench.cost.outputs import load_ok_rows
 
@@ -403,8 +454,9 @@ def test_cost_command_writes_csv_markdown_and_chart_next_to_the_results(tmp_path
     assert float(p4d["usd_per_run"]) == pytest.approx(IMAGENET_90_EPOCHS / (2000 * 8 * 0.9) / 3600 * 32.7726)
     assert p4d["usd_per_run_low"] == p4d["samples_per_s_per_gpu_low"] == ""  # measured: no model error to state
     # A projected line carries its validated range: the dollars at the fast and the slow end of the speed's.
+    # The row's configuration was traced: its H100 speed is the A100 measurement x the model's H100 / A100 ratio.
     (h100,) = [r for r in lines if r["instance"] == "p5.48xlarge" and r["cell_id"] == "128x1"]
-    assert h100["basis"] == "projected_from_gpu"
+    assert h100["basis"] == "projected_by_model" and "the throughput model's predicted ratio" in h100["note"]
     speed, low, high = (float(h100[f"samples_per_s_per_gpu{end}"]) for end in ("", "_low", "_high"))
     assert float(h100["usd_per_run_low"]) == pytest.approx(float(h100["usd_per_run"]) * speed / high)
     assert float(h100["usd_per_run_high"]) == pytest.approx(float(h100["usd_per_run"]) * speed / low)
@@ -448,15 +500,17 @@ def test_plan_command_prints_a_ranking_and_one_reason(tmp_path):
     result = run_bench("plan", str(folder), "--model", "resnet50", "--effective-batch", "128", "--provider", "lambda")
     assert result.returncode == 0, result.stderr
     why = paragraphs(result.stdout, "why: ")
-    # 128x1 measured at 2000 samples/s on an A100: $20.64 on Lambda's A100 at $1.29/h, but at the same
-    # MFU an H100 PCIe is 756/312 = 2.42x faster for 1.93x the price ($2.49/h): $16.46, the winner,
-    # projected; the H100 SXM (3.17x faster, $3.29/h) comes second at $16.62.
+    # 128x1 measured at 2000 samples/s on an A100: $20.66 on Lambda's A100 at $1.29/h. Carried to an H100 PCIe by
+    # its MFU it would be 756/312 = 2.42x faster and win at $16.46; scaled by the model's ratio for ResNet-50 (about
+    # 1.4x) it costs more than the measured A100, which wins. The runner-up is projected, so its dollars are a range.
     assert len(why) == 1
-    assert why[0].startswith("why: lambda gpu_1x_h100_pcie (1x H100-PCIe), 128x1 per GPU bf16 ckpt-off adamw: "
-                             "$16.46 ($")
-    # A projection's dollars and hours come as ranges, and it names the projection's error across public GPU pairs.
-    assert re.search(r"on-demand for 6\.6 h \([\d.]+-[\d.]+ h\) \(projected_from_gpu \(measured MFU carried over: "
-                     r"across \d+ pairs of public rows on two GPUs, median error [\d.]+ %, p90 [\d.]+ %\)\)", why[0])
+    assert why[0].startswith("why: lambda gpu_1x_a100_sxm4 (1x A100-40GB), 128x1 per GPU bf16 ckpt-off adamw: "
+                             "$20.66 on-demand for 16.0 h (measured) vs $")
+    assert re.search(r"vs \$[\d.]+ \(\$[\d.]+-[\d.]+\) for the runner-up", why[0])
+    # Every projection names how it was made and its error across public pairs of GPUs.
+    assert re.search(r"projected_by_model \(measured speed x the model's ratio between the two GPUs: across \d+ pairs "
+                     r"of public rows\s+on two GPUs, median error [\d.]+ %, p90 [\d.]+ %\)", result.stdout)
+    assert "projected_from_gpu" not in result.stdout  # ResNet-50 traces: no MFU carried over
     assert "oldest price used: 2024-09" in result.stdout
     nothing = run_bench("plan", str(folder), "--model", "resnet50", "--effective-batch", "128",
                         "--budget-usd", "0.01")

@@ -60,8 +60,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                            "(FILE.src.tar.gz) beside it (docs/cloud.md)")
     plan.add_argument("--predict", choices=("auto", "always", "never"), default="auto",
                       help="throughput-model options: auto (when the rows hold no GPU row of the model), always "
-                           "(beside the measured ones: a measured row wins on its own GPU, the model over a "
-                           "measured MFU carried to another GPU), never (default auto)")
+                           "(beside the measured ones: a measured row wins on its own GPU, a measurement scaled by "
+                           "the model's ratio between two GPUs over the model alone, the model over a measured MFU "
+                           "carried to another GPU), never (default auto)")
     add_cache_option(plan)
     cost.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR",
                       help="results/<experiment>/<device-tag> folder with a runs.csv (a predicted/ folder too)")

@@ -146,7 +146,8 @@ def _validate() -> int:
     tables["projection"], tables["projection_by_pair"] = projection_band(pairs), projection_by_pair(pairs)
     _write_csv(tables["projection_by_pair"], VALIDATION_DIR / "projection_by_pair.csv", PROJECTION_COLUMNS)
     # The cross-GPU bands go into the parameter file first: the ratios below are printed with them.
-    validated = replace(current, bands=tables["bands"], projection=tables["projection"])
+    validated = replace(current, bands=tables["bands"], projection=tables["projection"],
+                        model_scaled=tables["model_scaled"])
     (DATA / PARAMS_FILE).write_text(params_json(current.version, current.params, current.fitted_on,
                                                 validation_json(validated)))
     load_model_file.cache_clear()
@@ -219,8 +220,9 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
               f"same {scaled.rows} pairs are off by median **{scaled.median_error_pct} %**, p90 "
               f"**{scaled.p90_error_pct} %** (projected / measured p10 {scaled.ratio_low}, p90 {scaled.ratio_high}), against "
               f"{p.median_error_pct} % / {p.p90_error_pct} % for the MFU carried over and {logo['median_error_pct']} % / "
-              f"{logo['p90_error_pct']} % for the model alone (leave-one-GPU-out). `bench cost` and `bench plan` do not "
-              "project this way yet (it needs a trace of the measured row's configuration)."]
+              f"{logo['p90_error_pct']} % for the model alone (leave-one-GPU-out). `bench cost` and `bench plan` project "
+              "a measured GPU row this way (`projected_by_model`, with this interval) wherever the row's "
+              "configuration can be traced, and carry its MFU over only where it cannot."]
     lines += ["", "## Leave-one-GPU-out, by GPU", ""] + _table(tables["logo_by_gpu"], "gpu")
     lines += ["", "## Leave-one-GPU-out, by family", ""] + _table(tables["logo_by_family"], "family")
     lines += ["", "## Leave-one-family-out, by family", ""] + _table(tables["lofo_by_family"], "family")

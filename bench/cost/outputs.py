@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import textwrap
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -42,9 +43,11 @@ COLUMNS: dict[str, str] = {
     "provider": "", "instance": "", "region": "", "gpu": "", "gpu_count": "",
     "global_batch": "effective_batch x gpu_count: every GPU runs the measured configuration",
     "status": "priced | does_not_fit | no_peak (no datasheet peak for the precision) | no_mfu",
-    "basis": "measured | projected_from_gpu | projected_from_cpu_profile",
+    "basis": "measured | projected_by_model (measured x the model's ratio between the GPUs) | projected_from_gpu "
+             "(measured MFU carried over) | projected_from_cpu_profile | predicted (the throughput model)",
     "note": "how the speed is known and what it assumes, or why the line is not priced",
-    "samples_per_s_per_gpu": "measured, or MFU x the GPU's peak / model FLOPs per sample",
+    "samples_per_s_per_gpu": "measured; measured x the model's predicted ratio of this GPU to the measuring one; "
+                             "MFU x the GPU's peak / model FLOPs per sample; or predicted",
     "samples_per_s_per_gpu_low": "the p10-p90 range of a predicted or projected speed's validated cross-GPU error "
                                  "(docs/speed/validation.md), or a measured speed's 95 % interval of its median "
                                  "step; empty where neither is known (a CPU-profile projection)",
@@ -91,7 +94,24 @@ def load_ok_rows(folder: Path) -> list[MeasuredRow]:
         raise ResultsFileError(f"{folder}: no runs.csv here; pass a results folder such as "
                                f"results/<experiment>/<device-tag>")
     rows = read_runs(runs, file_schema(runs).columns)  # the runner's, or a prediction's (`bench predict`)
-    return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status.isin(("ok", "predicted"))])]
+    return with_model_speeds([MeasuredRow.from_runs_row(row)
+                              for row in records(rows[rows.status.isin(("ok", "predicted"))])])
+
+
+def with_model_speeds(rows: list[MeasuredRow]) -> list[MeasuredRow]:
+    """`rows`, each one measured on a catalog GPU with its `model_speeds` (`bench.speed.predict.model_speeds`, one
+    trace per configuration), so that its lines on other GPUs scale it by the model's ratio between the two."""
+    projectable = [row for row in rows if row.projectable_by_model]
+    if not projectable:
+        return rows  # no GPU row: no trace, no torch
+    from bench.memory.estimate import FakeModels
+    from bench.speed.predict import model_speeds
+
+    models, speeds = FakeModels(), {}
+    for row in projectable:
+        if row.configuration not in speeds:
+            speeds[row.configuration] = model_speeds(row.cell(), models)
+    return [replace(row, model_speeds=speeds[row.configuration]) if row.projectable_by_model else row for row in rows]
 
 
 def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost] | None = None, *,

@@ -38,10 +38,11 @@ class PlanError(BadInput):
     """The rows cannot answer the request as asked. The message is one line."""
 
 
-# Better evidence first: a GPU measurement, then the throughput model, then a measured MFU carried to another GPU
-# (whose error across public pairs of GPUs is several times the model's leave-one-GPU-out one:
-# docs/speed/validation.md), then a CPU profile's MFU (never validated on a GPU).
-_EVIDENCE = {"measured": 0, "predicted": 1, "projected_from_gpu": 2, "projected_from_cpu_profile": 3}
+# Better evidence first, in the order of the errors docs/speed/validation.md measures across public pairs of GPUs:
+# a GPU measurement, then one scaled by the model's ratio between the GPUs, then the model alone, then a measured
+# MFU carried to another GPU, then a CPU profile's MFU (never validated on a GPU).
+_EVIDENCE = {"measured": 0, "projected_by_model": 1, "predicted": 2, "projected_from_gpu": 3,
+             "projected_from_cpu_profile": 4}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +125,7 @@ class Option:
         and error."""
         if self.line.basis == "predicted":
             return self.line.row.speed_basis
-        error = projection_error() if self.line.basis == "projected_from_gpu" else ""
+        error = projection_error(self.line.basis)
         return f"{self.line.basis} ({error})" if error else self.line.basis or ""
 
     @property

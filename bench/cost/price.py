@@ -4,11 +4,16 @@ Pure arithmetic (no files, no clock, no device): numbers in, dataclasses out, li
 Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
 
 - `measured`: the row's own samples/s, on an instance with the GPU the row ran on;
-- `projected_from_gpu`: the row's MFU times the target GPU's datasheet dense peak for the
-  row's precision, over the row's model FLOPs per sample. It assumes the MFU carries over;
-  the assumption names the peak and memory-bandwidth ratios between the two GPUs, and the
-  error and interval of that assumption across pairs of public rows on two GPUs
-  (`bench.speed.validate.projection_band`);
+- `projected_by_model`: the row's samples/s times the throughput model's predicted ratio between the
+  target GPU and the row's own for the row's configuration (Habitat's way: the model predicts what
+  changes between the GPUs, the measurement keeps what it got right on its own). Needs the row's
+  `model_speeds` (`bench.cost.outputs.with_model_speeds` traces them); it carries the error of that
+  projection across pairs of public rows on two GPUs (`bench.speed.validate.model_scaled_pairs`);
+- `projected_from_gpu`: where the configuration cannot be traced, the row's MFU times the target
+  GPU's datasheet dense peak for the row's precision, over the row's model FLOPs per sample. It
+  assumes the MFU carries over; the assumption names the peak and memory-bandwidth ratios between
+  the two GPUs, and the error and interval of that assumption across the same pairs
+  (`bench.speed.validate.projection_band`), several times the model's;
 - `projected_from_cpu_profile`: the same arithmetic from a row measured on a CPU at its
   profile's reduced size. Refused unless asked for, and labelled: never a GPU measurement;
 - `predicted`: a row of the throughput model (`bench predict`, status `predicted`), one per GPU,
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
 from bench.cost.catalog import Instance
 from bench.frames import Tabular
+from bench.grid.cell import Cell
 from bench.measure.hardware import GpuSpec, find_gpu
 from bench.measure.utilization import samples_per_s_at
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
@@ -48,7 +54,7 @@ LABELLED = ("model", "image_size", "precision", "checkpointing", "optimizer", "m
 STRATEGY = ("micro_batch", "accum_steps", "precision", "checkpointing", "optimizer")
 """The configuration columns `MeasuredRow.strategy` names; a cost table's label adds any other its rows differ in."""
 
-Basis = Literal["measured", "projected_from_gpu", "projected_from_cpu_profile", "predicted"]
+Basis = Literal["measured", "projected_by_model", "projected_from_gpu", "projected_from_cpu_profile", "predicted"]
 Status = Literal["priced", "does_not_fit", "no_peak", "no_mfu"]
 
 
@@ -141,6 +147,10 @@ class MeasuredRow:
     axes: Key = ()
     """The runs row's whole configuration (`bench.results.keys.configuration_key`): every axis, the ones
     without a field here too (channels_last, attention, ...). (): a row built by hand, its fields stand for it."""
+    model_speeds: tuple[tuple[str, float], ...] = ()
+    """(GPU, samples/s) the throughput model predicts for this configuration on each catalog GPU, the measuring GPU
+    among them (`bench.speed.predict.model_speeds`): a GPU row's line on another GPU scales by their ratio.
+    (): not traced (a CPU row, or a model the trace cannot run)."""
 
     @classmethod
     def from_runs_row(cls, row: Mapping[str, object]) -> MeasuredRow:
@@ -220,8 +230,18 @@ class MeasuredRow:
 
     @property
     def measured_gpu(self) -> GpuSpec | None:
-        """The GPU catalog row of the device that measured this row; None on a CPU or an unknown GPU."""
-        return None if self.on_cpu else find_gpu(self.device_name)
+        """The GPU catalog row of the device that measured this row; None on a CPU, an unknown GPU or a prediction."""
+        return None if self.on_cpu or self.predicted_gpu else find_gpu(self.device_name)
+
+    @property
+    def projectable_by_model(self) -> bool:
+        """A one-process synthetic-input row measured on a catalog GPU: its speed can be carried to another GPU by
+        the model's ratio between the two (`model_speeds`)."""
+        return self.measured_gpu is not None and self.world_size == 1 and self.input == "synthetic"
+
+    def cell(self) -> Cell:
+        """The row's configuration as a cell to trace (one warm-up and one measured step: the trace runs neither)."""
+        return Cell(experiment=self.experiment, profile="cuda", warmup_steps=1, measured_steps=1, **dict(self.key()))
 
     def serves(self, gpu: str) -> bool:
         """Whether the row's speed can be priced on `gpu`: a predicted row only on its own GPU."""
@@ -359,20 +379,31 @@ class GpuSpeed:
     """What `interval` is, in words."""
 
 
-def projection_error() -> str:
-    """What carrying a measured MFU over to another GPU has missed by, in public rows (`bench predict --validate`)."""
-    from bench.speed.params import load_model_file  # no torch: the parameter file only
+_PROJECTIONS = {"projected_by_model": ("model_scaled", "measured speed x the model's ratio between the two GPUs"),
+                "projected_from_gpu": ("projection", "measured MFU carried over")}
+"""A projection from a GPU row: the band of `speed_params.json`'s validation that measured it, and what it is."""
 
-    band = load_model_file().projection
-    return ("" if band is None else f"measured MFU carried over: across {band.rows} pairs of public rows on two GPUs, "
+
+def projection_error(basis: Basis) -> str:
+    """What a projection from a GPU row (`_PROJECTIONS`) has missed by in public rows (`bench predict --validate`);
+    "" for any other basis, or where the parameter file holds no such band."""
+    band, what = _projection_band(basis)
+    return ("" if band is None else f"{what}: across {band.rows} pairs of public rows on two GPUs, "
             f"median error {band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %")
 
 
-def _projection_interval(samples_per_s: float) -> tuple[float, float] | None:
-    from bench.speed.params import load_model_file
-
-    band = load_model_file().projection
+def _projection_interval(basis: Basis, samples_per_s: float) -> tuple[float, float] | None:
+    band, _ = _projection_band(basis)
     return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
+
+
+def _projection_band(basis: Basis):
+    from bench.speed.params import load_model_file  # no torch: the parameter file only
+
+    if basis not in _PROJECTIONS:
+        return None, ""
+    name, what = _PROJECTIONS[basis]
+    return getattr(load_model_file(), name), what
 
 
 def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
@@ -397,6 +428,9 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
     if measured is not None and measured.gpu == gpu.gpu:
         return GpuSpeed(row.samples_per_s, "measured", f"measured on {row.device_name}", row.speed_interval,
                         row.interval_basis)
+    scaled = _model_scaled(row, measured, gpu)
+    if scaled is not None:
+        return scaled
     peak = gpu.peak_flops_per_s(row.precision)
     if peak is None:
         return "no_peak", f"{gpu.gpu} datasheet has no {row.precision} peak: no projection"
@@ -412,11 +446,27 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
                         f"NOT a GPU measurement: MFU {row.mfu_pct:.1f}% (of a measured matmul peak) on a CPU ({row.device_name}) "
                         f"at the CPU profile's reduced size ({row.image_size} px, effective batch "
                         f"{row.effective_batch}) applied to {target}")
-    error = projection_error()
+    error = projection_error("projected_from_gpu")
     return GpuSpeed(samples_per_s, "projected_from_gpu",
                     f"projection: MFU {row.mfu_pct:.1f}% measured on {measured.gpu if measured else row.device_name} "
                     f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}"
-                    + (f"; {error}" if error else ""), _projection_interval(samples_per_s), "p10-p90 of that error")
+                    + (f"; {error}" if error else ""), _projection_interval("projected_from_gpu", samples_per_s),
+                    "p10-p90 of that error")
+
+
+def _model_scaled(row: MeasuredRow, measured: GpuSpec | None, gpu: GpuSpec) -> GpuSpeed | None:
+    """The row's speed times the model's predicted ratio of `gpu` to the measuring GPU; None without both."""
+    speeds = dict(row.model_speeds)
+    if measured is None or measured.gpu not in speeds or gpu.gpu not in speeds:
+        return None
+    ratio = speeds[gpu.gpu] / speeds[measured.gpu]
+    samples_per_s = row.samples_per_s * ratio
+    error = projection_error("projected_by_model")
+    return GpuSpeed(samples_per_s, "projected_by_model",
+                    f"projection: {row.samples_per_s:,.1f} samples/s measured on {measured.gpu} x {ratio:.3g}, the "
+                    f"throughput model's predicted ratio of {gpu.gpu} to {measured.gpu} for this configuration"
+                    + (f"; {error}" if error else ""), _projection_interval("projected_by_model", samples_per_s),
+                    "p10-p90 of that error")
 
 
 def _ratios(measured: GpuSpec | None, target: GpuSpec, precision: str) -> str:

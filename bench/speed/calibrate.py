@@ -189,9 +189,10 @@ def fitted_params_json() -> tuple[str, Dataset]:
 
 def validation_json(model) -> dict:
     """The validation part of the parameter file, as `load_model_file` reads it."""
-    projection = {} if model.projection is None else {"projection": vars(model.projection)}
+    projections = {name: vars(band) for name, band in (("projection", model.projection),
+                                                       ("model_scaled", model.model_scaled)) if band is not None}
     return {"name": model.validation, "bands": {key: vars(band) for key, band in sorted(model.bands.items())},
-            **projection}
+            **projections}
 
 
 def held_out_fits(data: Dataset, groups: np.ndarray) -> dict[str, np.ndarray]:

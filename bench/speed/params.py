@@ -131,6 +131,9 @@ class ModelFile:
     projection: ErrorBand | None = None
     """The error of carrying a measured MFU over to another GPU (`bench cost`'s `projected_from_gpu`), from pairs
     of public rows of one configuration on two GPUs (`bench.speed.validate.projection_band`)."""
+    model_scaled: ErrorBand | None = None
+    """The error of scaling a measured speed by the model's predicted ratio between the two GPUs (`bench cost`'s
+    `projected_by_model`, Habitat's way), on the same pairs (`bench.speed.validate.model_scaled_pairs`)."""
 
     def band_and_key(self, spec: GpuSpec | None = None, mix: str | None = None) -> tuple[str, ErrorBand] | None:
         """The error band that applies to a prediction on `spec` of a step of `mix`, and its slice (None: not
@@ -167,9 +170,10 @@ def band_key(spec: GpuSpec) -> str:
 def load_model_file() -> ModelFile:
     data = json.loads(resources.files("bench.data").joinpath(PARAMS_FILE).read_text())
     bands = {key: ErrorBand(**value) for key, value in data["validation"]["bands"].items()}
-    projection = data["validation"].get("projection")
+    projection, scaled = (data["validation"].get(name) for name in ("projection", "model_scaled"))
     return ModelFile(data["version"], SpeedParams(**data["params"]), data["fitted_on"],
-                     data["validation"]["name"], bands, None if projection is None else ErrorBand(**projection))
+                     data["validation"]["name"], bands, None if projection is None else ErrorBand(**projection),
+                     None if scaled is None else ErrorBand(**scaled))
 
 
 def params_json(version: str, params: SpeedParams, fitted_on: str, validation: dict) -> str:

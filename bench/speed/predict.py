@@ -352,17 +352,8 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
                 progress: Progress) -> Traced:
     points = []
     for micro_batch in TRACED_MICRO_BATCHES:
-        cell = request.cell(micro_batch, precision, checkpointing)
-        key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}}
-        stored = _TRACES.get(key)
-        try:
-            peak, ops = float(stored["peak_reserved_bytes"]), StepOps.from_json(stored["ops"])
-            params = int(stored["param_count"])
-        except (TypeError, KeyError, ValueError):  # absent (None), or written by another layout
-            estimate, ops = trace_cell(cell, models)
-            peak, params = float(estimate.peak_reserved_bytes), int(estimate.param_count)
-            _TRACES.put(key, {"peak_reserved_bytes": peak, "ops": ops.to_json(), "param_count": params})
-            progress.traces += 1
+        peak, ops, params, traced = _cached_trace(request.cell(micro_batch, precision, checkpointing), models)
+        progress.traces += traced
         points.append((micro_batch, peak, ops))
 
     def traced_peak(micro_batch: int) -> float:
@@ -374,6 +365,40 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
 
 
 _TRACES = DiskCache("plan-traces", sources=(*ESTIMATOR_SOURCES, "speed/trace.py", "speed/ops.py"))
+
+
+def _cached_trace(cell: Cell, models: FakeModels) -> tuple[float, StepOps, int, bool]:
+    """(reserved peak bytes, ops, parameter count, whether it was traced now) of `cell` (K up to 2), from the disk
+    cache where an earlier command traced the same cell."""
+    cell = replace(cell, accum_steps=min(cell.accum_steps, 2))  # what trace_cell records, whatever the K
+    key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}}
+    stored = _TRACES.get(key)
+    try:
+        return (float(stored["peak_reserved_bytes"]), StepOps.from_json(stored["ops"]), int(stored["param_count"]),
+                False)
+    except (TypeError, KeyError, ValueError):  # absent (None), or written by another layout
+        estimate, ops = trace_cell(cell, models)
+        peak, params = float(estimate.peak_reserved_bytes), int(estimate.param_count)
+        _TRACES.put(key, {"peak_reserved_bytes": peak, "ops": ops.to_json(), "param_count": params})
+        return peak, ops, params, True
+
+
+def model_speeds(cell: Cell, models: FakeModels | None = None) -> tuple[tuple[str, float], ...]:
+    """(GPU, predicted samples/s) of `cell` on every catalog GPU with the figures its precision needs: what
+    `bench.cost.price` scales a measured row by (`projected_by_model`, the ratio of its target GPU's to its own).
+    One trace (kept in the disk cache); () where the fake trace cannot run the model."""
+    model = load_model_file()
+    try:
+        _, ops, _, _ = _cached_trace(cell, models or FakeModels())
+    except Exception:  # noqa: BLE001 - a model the fake trace cannot run: its rows keep the MFU carry-over
+        return ()
+    speeds = []
+    for gpu in gpu_keys():
+        try:
+            speeds.append((gpu, predict_on(cell, ops, gpu_spec(gpu), model).samples_per_s))
+        except NoDatasheetPeak:
+            continue
+    return tuple(speeds)
 
 
 def _plan_prediction(request: PlanCandidates, traced: Traced, precision: str, checkpointing: str, gpu: str,
