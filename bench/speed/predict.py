@@ -383,13 +383,23 @@ def _cached_trace(cell: Cell, models: FakeModels) -> tuple[float, StepOps, int, 
         return peak, ops, params, True
 
 
+def _ops_at(cell: Cell, models: FakeModels) -> StepOps:
+    low, high = (_cached_trace(replace(cell, micro_batch=m, accum_steps=2), models)[1] for m in TRACED_MICRO_BATCHES)
+    try:
+        return low.at_micro_batch(high, cell.micro_batch)
+    except ValueError:  # the two sizes run different op sequences: trace the cell's own
+        return _cached_trace(cell, models)[1]
+
+
 def model_speeds(cell: Cell, models: FakeModels | None = None) -> tuple[tuple[str, float], ...]:
     """(GPU, predicted samples/s) of `cell` on every catalog GPU with the figures its precision needs: what
     `bench.cost.price` scales a measured row by (`projected_by_model`, the ratio of its target GPU's to its own).
-    One trace (kept in the disk cache); () where the fake trace cannot run the model."""
-    model = load_model_file()
+    Its ops are read off the two traces `bench plan` makes of the configuration (`TRACED_MICRO_BATCHES`, kept in
+    the disk cache): a grid's splits of one configuration share them. () where the fake trace cannot run the model.
+    """
+    model, models = load_model_file(), models or FakeModels()
     try:
-        _, ops, _, _ = _cached_trace(cell, models or FakeModels())
+        ops = _ops_at(cell, models)
     except Exception:  # noqa: BLE001 - a model the fake trace cannot run: its rows keep the MFU carry-over
         return ()
     speeds = []
