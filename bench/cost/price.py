@@ -446,12 +446,9 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
                         f"NOT a GPU measurement: MFU {row.mfu_pct:.1f}% (of a measured matmul peak) on a CPU ({row.device_name}) "
                         f"at the CPU profile's reduced size ({row.image_size} px, effective batch "
                         f"{row.effective_batch}) applied to {target}")
-    error = projection_error("projected_from_gpu")
-    return GpuSpeed(samples_per_s, "projected_from_gpu",
-                    f"projection: MFU {row.mfu_pct:.1f}% measured on {measured.gpu if measured else row.device_name} "
-                    f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}"
-                    + (f"; {error}" if error else ""), _projection_interval("projected_from_gpu", samples_per_s),
-                    "p10-p90 of that error")
+    return _projected("projected_from_gpu", samples_per_s,
+                      f"projection: MFU {row.mfu_pct:.1f}% measured on {measured.gpu if measured else row.device_name} "
+                      f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}")
 
 
 def _model_scaled(row: MeasuredRow, measured: GpuSpec | None, gpu: GpuSpec) -> GpuSpeed | None:
@@ -460,13 +457,17 @@ def _model_scaled(row: MeasuredRow, measured: GpuSpec | None, gpu: GpuSpec) -> G
     if measured is None or measured.gpu not in speeds or gpu.gpu not in speeds:
         return None
     ratio = speeds[gpu.gpu] / speeds[measured.gpu]
-    samples_per_s = row.samples_per_s * ratio
-    error = projection_error("projected_by_model")
-    return GpuSpeed(samples_per_s, "projected_by_model",
-                    f"projection: {row.samples_per_s:,.1f} samples/s measured on {measured.gpu} x {ratio:.3g}, the "
-                    f"throughput model's predicted ratio of {gpu.gpu} to {measured.gpu} for this configuration"
-                    + (f"; {error}" if error else ""), _projection_interval("projected_by_model", samples_per_s),
-                    "p10-p90 of that error")
+    return _projected("projected_by_model", row.samples_per_s * ratio,
+                      f"projection: {row.samples_per_s:,.1f} samples/s measured on {measured.gpu} x {ratio:.3g}, the "
+                      f"throughput model's predicted ratio of {gpu.gpu} to {measured.gpu} for this configuration")
+
+
+def _projected(basis: Basis, samples_per_s: float, how: str) -> GpuSpeed:
+    """A projection from a GPU row: how it was made, then its error across public pairs of GPUs and that error's
+    p10-p90 as its interval."""
+    error = projection_error(basis)
+    return GpuSpeed(samples_per_s, basis, how + (f"; {error}" if error else ""),
+                    _projection_interval(basis, samples_per_s), "p10-p90 of that error")
 
 
 def _ratios(measured: GpuSpec | None, target: GpuSpec, precision: str) -> str:
