@@ -99,8 +99,9 @@ def load_ok_rows(folder: Path) -> list[MeasuredRow]:
 
 
 def with_model_speeds(rows: list[MeasuredRow]) -> list[MeasuredRow]:
-    """`rows`, each one measured on a catalog GPU with its `model_speeds` (`bench.speed.predict.model_speeds`, one
-    trace per configuration), so that its lines on other GPUs scale it by the model's ratio between the two."""
+    """`rows`, each one measured on a catalog GPU with its `model_speeds` (`bench.speed.predict.model_speeds`: two
+    disk-cached traces per configuration, whatever its split), so that its lines on other GPUs scale it by the
+    model's ratio between the two GPUs."""
     projectable = [row for row in rows if row.projectable_by_model]
     if not projectable:
         return rows  # no GPU row: no trace, no torch
