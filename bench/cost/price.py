@@ -45,6 +45,7 @@ from bench.speed.ddp import predicted_efficiency
 from bench.units import gib, percent, tflop_per_s
 
 if TYPE_CHECKING:  # the throughput model imports torch; pricing does not
+    from bench.speed.params import ErrorBand
     from bench.speed.predict import PlanPrediction
 
 IMAGENET_1K_TRAIN_IMAGES = 1_281_167
@@ -397,7 +398,7 @@ def _projection_interval(basis: Basis, samples_per_s: float) -> tuple[float, flo
     return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
 
 
-def _projection_band(basis: Basis):
+def _projection_band(basis: Basis) -> tuple[ErrorBand | None, str]:
     from bench.speed.params import load_model_file  # no torch: the parameter file only
 
     if basis not in _PROJECTIONS:
