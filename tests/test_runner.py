@@ -114,6 +114,7 @@ def test_a_grid_killed_mid_run_resumes_with_no_row_lost_or_doubled(tmp_path):
 _INTERRUPT_WHILE_WAITING = """
 import multiprocessing, os, signal, sys, threading, time
 from bench.isolation import wait_in_slices
+signal.signal(signal.SIGINT, signal.default_int_handler)  # started from a background job, SIGINT comes ignored
 receiver, _sender = multiprocessing.Pipe(duplex=False)
 threading.Thread(target=lambda: (time.sleep(0.5), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
