@@ -9,11 +9,12 @@ Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
   changes between the GPUs, the measurement keeps what it got right on its own). Needs the row's
   `model_speeds` (`bench.cost.outputs.with_model_speeds` traces them); it carries the error of that
   projection across pairs of public rows on two GPUs (`bench.speed.validate.model_scaled_pairs`);
-- `projected_from_gpu`: where the configuration cannot be traced, the row's MFU times the target
-  GPU's datasheet dense peak for the row's precision, over the row's model FLOPs per sample. It
-  assumes the MFU carries over; the assumption names the peak and memory-bandwidth ratios between
-  the two GPUs, and the error and interval of that assumption across the same pairs
-  (`bench.speed.validate.projection_band`), several times the model's;
+- `projected_from_gpu`: where the configuration cannot be traced or the model has no speed for one
+  of the two GPUs, the row's MFU times the target GPU's datasheet dense peak for the row's
+  precision, over the row's model FLOPs per sample. It assumes the MFU carries over; the
+  assumption names the peak and memory-bandwidth ratios between the two GPUs, and the error and
+  interval of that assumption across the same pairs (`bench.speed.validate.projection_band`),
+  several times the model's;
 - `projected_from_cpu_profile`: the same arithmetic from a row measured on a CPU at its
   profile's reduced size. Refused unless asked for, and labelled: never a GPU measurement;
 - `predicted`: a row of the throughput model (`bench predict`, status `predicted`), one per GPU,
