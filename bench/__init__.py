@@ -11,6 +11,16 @@ DataFrame) and show as tables in Jupyter.
 
 from __future__ import annotations
 
-from bench.api import estimate, load_grid, measure_cell, plan, price, probe, read_rows, run_grid
+from typing import Any
 
 __all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan", "read_rows"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API's functions, imported from `bench.api` when first asked for: importing `bench` (or any of its
+    modules, or `python -m bench`) runs nothing else."""
+    if name in __all__:
+        from bench import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'bench' has no attribute {name!r}")

@@ -19,6 +19,7 @@ from bench.commands import GROUPS
 from bench.commands.common import version
 from bench.commands.formats import error_document, text_answer, wants_json
 from bench.errors import BadInput, OptionError
+from bench.isolation import keep_working_directory_off_import_path
 
 EXIT_BAD_INPUT = 2
 LOG_ENV = "BENCH_LOG"
@@ -54,6 +55,7 @@ EXIT_INTERRUPTED = 130
 def entry() -> None:
     """The `bench` command: `main`, then exit. An interrupted run exits at once: its rows are on disk
     and its cell is killed, and tearing torch down would take seconds more."""
+    keep_working_directory_off_import_path()  # `python -m bench` put it first: a ./timm.py must not load
     code = main()
     if code == EXIT_INTERRUPTED:
         sys.stdout.flush()

@@ -2,14 +2,24 @@
 
 A cell forked from the server costs a fork, not a multi-second `import torch`, and starts
 with no CUDA context, no allocator history and no leaked graph from anything before it.
+
+No bench process imports from the working directory: a `timm.py` or `torch.py` lying where a user runs `bench`
+must not run. Python puts that directory first on the path of `python -c` (the fork server) and `python -m`
+(torchrun, `python -m bench`): the command takes it off its own path, every child started here gets
+PYTHONSAFEPATH, and a cell's process takes it off the path it inherits. A model reference the user opted into
+(`package.module:factory`) is looked up there after everything installed (`bench.grid.model_ref`).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver as forkserver
+import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 SIGNAL_CHECK_S = 0.2
 """The longest a wait on a child blocks at once. A Ctrl-C the kernel hands to another thread of this process
@@ -17,11 +27,49 @@ SIGNAL_CHECK_S = 0.2
 in one call held Ctrl-C back for as long (9-10 s seen under load)."""
 
 
+def drop_working_directory() -> None:
+    """Take the working directory (`''`, `.` or its path) off this process's `sys.path`."""
+    here = os.getcwd()
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", ".") and os.path.abspath(entry) != here]
+
+
+def safe_child_environment(environment: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """`environment` for an interpreter this process starts: PYTHONSAFEPATH stops `python -c`/`-m` putting the
+    working directory first on its path, and PYTHONPATH names the folder this `bench` was imported from, so the
+    child imports the same `bench` however this one was started (installed, or from a checkout)."""
+    home = str(Path(__file__).resolve().parent.parent)
+    paths = [entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep)
+             if entry not in ("", ".", home)]  # an empty entry would mean the working directory
+    return {**environment, "PYTHONPATH": os.pathsep.join([home, *paths]), "PYTHONSAFEPATH": "1"}
+
+
+_SAFE_PATH_VARIABLES = ("PYTHONPATH", "PYTHONSAFEPATH")
+
+
+def keep_working_directory_off_import_path() -> None:
+    """For the `bench` command: nothing it imports, nor any interpreter it starts, comes from the working
+    directory."""
+    drop_working_directory()
+    os.environ.update(safe_child_environment())
+
+
 def fork_server() -> multiprocessing.context.BaseContext:
     """A process context whose children start with torch, timm and the worker imported."""
     context = multiprocessing.get_context("forkserver")
     # bench.cli too: each child re-imports the main module (the `bench` script) before it starts.
     context.set_forkserver_preload(["bench.run.cell_measurement", "bench.cli"])
+    # Started here, not at the first child, so that it starts with the safe environment (it imports torch and
+    # timm, and its children inherit it) without changing the environment of a program that calls the API.
+    saved = {name: os.environ.get(name) for name in _SAFE_PATH_VARIABLES}
+    os.environ.update({name: safe_child_environment()[name] for name in _SAFE_PATH_VARIABLES})
+    try:
+        forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return context
 
 

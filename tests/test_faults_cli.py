@@ -20,12 +20,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import CPU_TAG, REPO, read_rows
 from test_faults import GRID_CASES
 
 from bench.cli import main
+from bench.errors import OptionError
 from bench.grid.spec import load_grid
 from bench.results.read import MAX_RUNS_FILE_BYTES, read_runs
 from bench.results.schema import COLUMNS
@@ -124,6 +126,17 @@ PROBE_CASES = [*_numbers("--memory-gib", BAD_POSITIVE), *_numbers("--memory-limi
                                                           "some", "LAST-1", "last-01", "")),
                ["--precision", "fp64"], ["--optimizer", "adam"], ["--attention", "flash"]]
 
+MEASURE_CASES = [*_numbers("--micro-batch", [*BAD_WHOLE, "65537", "1000000000000"]),
+                 *_numbers("--accum-steps", [*BAD_WHOLE, "65537", "100000"]),
+                 *_numbers("--measured-steps", [*BAD_WHOLE, "10001", "1000000"]),
+                 *_numbers("--warmup-steps", ["0", "-1", "10001", "1.5", "abc"]),
+                 *_numbers("--timeout-s", [*BAD_POSITIVE, "86401", "1e9"]),
+                 *_numbers("--quiet-wait-s", ["-1", "nan", "inf", "86401", "abc", ""]),
+                 *_numbers("--memory-limit-gib", BAD_POSITIVE),
+                 ["--micro-batch", "256", "--accum-steps", "512"],  # a product past a grid's effective_batch bound
+                 ["--experiment", "../up"], ["--experiment", "a/b"], ["--precision", "fp64"]]
+"""`bench measure` takes what a grid file takes, with the same bounds (`RunSettings`, `MAX_PAIR_VALUE`)."""
+
 
 def _folder_cases(root: Path) -> list[list[str]]:
     """A file where a folder is expected, an empty folder, a missing one, a catalog that is not one."""
@@ -135,7 +148,7 @@ def _folder_cases(root: Path) -> list[list[str]]:
 
 def test_each_command_family_has_at_least_100_cases():
     counts = {"plan": len(PLAN_CASES), "cost": len(COST_CASES), "probe": len(PROBE_CASES),
-              "estimate": len(GRID_CASES), "predict": len(GRID_CASES), "runs files": len(RUNS_FILE_CASES),
+              "estimate": len(GRID_CASES), "predict": len(GRID_CASES), "measure": len(MEASURE_CASES), "runs files": len(RUNS_FILE_CASES),
               "catalogs": 2 * len(CATALOG_CASES) + len(SKYPILOT_CASES)}  # each catalog through `catalog` and `cost`
     assert min(counts.values()) >= 100, counts
 
@@ -162,6 +175,31 @@ def test_cost_and_plan_refuse_a_file_an_empty_folder_and_a_bad_catalog(index, wo
 @pytest.mark.parametrize("extra", PROBE_CASES, ids=_ids(PROBE_CASES))
 def test_probe_refuses_bad_input(extra, work, capsys):
     refused(["probe", "test_resnet", *extra], work, capsys)
+
+
+@pytest.mark.parametrize("extra", MEASURE_CASES, ids=_ids(MEASURE_CASES))
+def test_measure_refuses_what_a_grid_file_refuses(extra, work, capsys):
+    options = {"--micro-batch": ["--micro-batch", "2"]}
+    base = [] if "--micro-batch" in extra else options["--micro-batch"]
+    refused(["measure", "test_resnet", "--image-size", "32", "--results", str(work / "results"), *base, *extra],
+            work, capsys)
+
+
+def test_measure_caps_a_cpu_cell_at_half_the_available_memory_unless_told(monkeypatch, capsys):
+    from bench.commands import measure
+    from bench.measure.device import DeviceInfo
+    from bench.units import GIB
+
+    monkeypatch.setattr("bench.measure.host.available_memory_bytes", lambda: 20 * GIB)
+    cpu = DeviceInfo("cpu", "a CPU", ("fp32",), 2)
+    assert measure._memory_limit_gib(SimpleNamespace(memory_limit_gib=None), cpu) == pytest.approx(10.0)
+    assert "10.0 GiB" in capsys.readouterr().err
+    assert measure._memory_limit_gib(SimpleNamespace(memory_limit_gib=3.0), cpu) == 3.0
+    gpu = DeviceInfo("cuda", "NVIDIA H200", ("fp32",), 2)
+    assert measure._memory_limit_gib(SimpleNamespace(memory_limit_gib=None), gpu) is None  # the card is its own cap
+    monkeypatch.setattr("bench.measure.host.available_memory_bytes", lambda: None)
+    with pytest.raises(OptionError, match="--memory-limit-gib: required here"):
+        measure._memory_limit_gib(SimpleNamespace(memory_limit_gib=None), cpu)
 
 
 @pytest.mark.parametrize("model", ["resnet-50", "resnet50." + "a" * 200, "resnet50.a/b", "", "../resnet50",

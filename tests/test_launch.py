@@ -43,7 +43,8 @@ def test_the_task_asks_for_the_cheapest_options_instance_and_runs_its_grid(launc
     task = yaml.safe_load((folder / "task.yaml").read_text())
     assert task["resources"]["accelerators"] == f"{SKYPILOT_ACCELERATORS[best['gpu']]}:{best['gpu_count']}"
     assert task["resources"]["cloud"] == best["provider"]
-    assert "bench run ~/bench-launch/task.toml --results ~/bench-launch/results" in task["run"]
+    assert "bench run ~/bench-launch/grid.toml --results ~/bench-launch/results" in task["run"]
+    assert task["file_mounts"]["~/bench-launch/grid.toml"] == str(folder / "task.toml")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     assert task["envs"]["BENCH_COMMIT"] == commit
     (cell,) = load_grid(folder / "task.toml", "cuda").cells
@@ -75,3 +76,27 @@ def test_a_launch_spec_not_named_yaml_is_one_line_before_anything_runs(capsys, t
     assert main([*README_PLAN, "--launch-spec", str(tmp_path / "task.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--launch-spec" in err and not list(tmp_path.iterdir())
+
+
+def test_a_launch_spec_named_like_a_command_never_reaches_the_clusters_shell(tmp_path_factory):
+    """The file name is any text a user typed: the task's scripts name the cluster's copies by fixed names, so a
+    `;` cannot run a command there and a space cannot split a path."""
+    folder = tmp_path_factory.mktemp("named")
+    name = "my task; touch pwned"
+    import json
+
+    capture = folder / "plan.json"
+    with capture.open("w") as out, pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdout", out)
+        assert main([*ROWS_PLAN, "--launch-spec", str(folder / f"{name}.yaml"), "--format", "json"]) == 0
+    task = yaml.safe_load((folder / f"{name}.yaml").read_text())
+    for script in (task["setup"], task["run"]):
+        assert "pwned" not in script and "my task" not in script
+    assert sorted(task["file_mounts"].values()) == [str(folder / f"{name}.src.tar.gz"), str(folder / f"{name}.toml")]
+    assert json.loads(capture.read_text())["options"]
+
+
+def test_a_launch_spec_name_with_a_control_character_is_refused(capsys, tmp_path):
+    assert main([*ROWS_PLAN, "--launch-spec", str(tmp_path / "a\nb.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "control characters" in err and not list(tmp_path.iterdir())

@@ -24,6 +24,7 @@ from bench.grid.cell import (
     extra_axis_defaults,
     field_types,
 )
+from bench.grid.model_ref import runs_code
 from bench.grid.spec import MAX_PAIR_VALUE, load_grid
 from bench.measure.device import DeviceInfo
 from bench.results.read import read_runs, records
@@ -75,6 +76,8 @@ def _grid_text(name: str, value: object) -> str:
         line = f"{key} = [{_toml(setting)}]"
         text, count = re.subn(rf"(?m)^{key} = .*$", lambda _: line, text)
         text = text if count else text.replace("[grid]\n", f"[grid]\n{line}\n", 1)
+    if name == "model" and runs_code(str(value)):  # a grid names code only when it says so
+        text = text.replace("[grid]\n", "runs_model_code = true\n\n[grid]\n", 1)
     return text
 
 

@@ -7,7 +7,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Annotated, Any, Iterable
 
 from bench.errors import ResultsFileError
 
@@ -84,6 +84,47 @@ def axis_value(name: str):
         return text
     parse.__name__ = name  # argparse names the type in its error
     return parse
+
+
+def setting_value(model: Any, name: str):
+    """An argparse type for field `name` of a pydantic settings model (`RunSettings`): the bounds a grid file's
+    key has, so that a flag and the key accept the same values.
+
+    >>> from bench.grid.spec import RunSettings
+    >>> setting_value(RunSettings, "measured_steps")("20")
+    20
+    >>> setting_value(RunSettings, "measured_steps")("1000000")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be <= 10000, got 1000000
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    field = model.model_fields[name]
+    adapter = TypeAdapter(Annotated[field.annotation, *field.metadata])
+    whole = field.annotation is int or field.annotation == (int | None)
+
+    def parse(text: str) -> Any:
+        value = int(text) if whole else finite(text)
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            bound = {"greater_than": "must be > {gt}", "greater_than_equal": "must be >= {ge}",
+                     "less_than_equal": "must be <= {le}", "less_than": "must be < {lt}"}.get(error["type"])
+            raise argparse.ArgumentTypeError(f"{bound.format(**error['ctx']) if bound else error['msg']}, "
+                                             f"got {text}") from None
+    parse.__name__ = name  # argparse names the type in its error
+    return parse
+
+
+def pair_value(text: str) -> int:
+    """A micro-batch or accumulation count, bounded as in a grid file's `pairs` (`MAX_PAIR_VALUE`)."""
+    from bench.grid.spec import MAX_PAIR_VALUE
+
+    value = positive_int(text)
+    if value > MAX_PAIR_VALUE:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_PAIR_VALUE:,} (as in a grid file), got {text}")
+    return value
 
 
 def positive_int_list(text: str) -> list[int]:

@@ -128,6 +128,9 @@ def plan_run(args: argparse.Namespace) -> int:
     require_folders(folders)
     if args.launch_spec and args.launch_spec.suffix not in (".yaml", ".yml"):
         raise OptionError(f"--launch-spec {args.launch_spec}: name the task file FILE.yaml (or .yml)")
+    if args.launch_spec and any(not char.isprintable() for char in str(args.launch_spec)):
+        raise OptionError(f"--launch-spec {str(args.launch_spec)!r}: a file name without control characters "
+                          "(the task's comments quote it)")
     from bench.cost.outputs import load_ok_rows, plan_text
     from bench.report.console import steps
 
@@ -172,6 +175,7 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
 
 def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -> None:
     """The task, its grid and the source archive; what was written, on stderr (stdout holds the plan)."""
+    import shlex
     import sys
 
     from bench.cost.launch import write_launch_spec
@@ -181,7 +185,7 @@ def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -
     dirty = git_state()[1]
     print(f"launch spec: {files.task} (SkyPilot task), {files.grid.name} (the grid it runs), {files.source.name} "
           f"(commit {files.commit[:12]}{', without the uncommitted changes' if dirty else ''}); "
-          f"sky launch -c bench {files.task}", file=sys.stderr)
+          f"sky launch -c bench {shlex.quote(str(files.task))}", file=sys.stderr)
 
 
 def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:

@@ -11,6 +11,7 @@ results folder that stays on the cluster to be copied back (docs/cloud.md walks 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,9 @@ from bench.errors import OptionError
 REPO = Path(__file__).resolve().parents[2]
 REMOTE_DIR = "~/bench-launch"
 """Where the task's files are mounted and the repository unpacked, on the cluster."""
+REMOTE_GRID = "grid.toml"
+REMOTE_SOURCE = "src.tar.gz"
+"""The names of the grid and the archive on the cluster, whatever they are called here."""
 SKYPILOT_ACCELERATORS = {
     "A100-40GB": "A100", "A100-80GB": "A100-80GB", "H100-80GB": "H100", "H100-NVL": "H100-NVL", "H200": "H200",
     "B200": "B200", "L4": "L4", "L40S": "L40S", "L40": "L40", "A10G": "A10G", "A10": "A10", "T4": "T4",
@@ -98,22 +102,23 @@ def task_yaml(option: Option, files: LaunchFiles, experiment: str) -> str:
         if instance.region != "all":
             resources["region"] = instance.region
     nproc = f" --nproc {instance.gpu_count}" if instance.gpu_count > 1 else ""
+    # The cluster's copies have fixed names: the local file names (any text a user typed) never reach its shell.
     task = {
         "name": experiment,
         "resources": resources,
         "envs": {"BENCH_COMMIT": files.commit},
-        "file_mounts": {f"{REMOTE_DIR}/{files.grid.name}": str(files.grid),
-                        f"{REMOTE_DIR}/{files.source.name}": str(files.source)},
-        "setup": (f"set -e\nmkdir -p {REMOTE_DIR}/src && tar -xzf {REMOTE_DIR}/{files.source.name} -C {REMOTE_DIR}/src\n"
+        "file_mounts": {f"{REMOTE_DIR}/{REMOTE_GRID}": str(files.grid),
+                        f"{REMOTE_DIR}/{REMOTE_SOURCE}": str(files.source)},
+        "setup": (f"set -e\nmkdir -p {REMOTE_DIR}/src && tar -xzf {REMOTE_DIR}/{REMOTE_SOURCE} -C {REMOTE_DIR}/src\n"
                   f"cd {REMOTE_DIR}/src && python3 -m venv .venv\n"
                   ".venv/bin/pip install --quiet -e . $(test -f constraints.txt && echo -c constraints.txt)\n"),
         "run": (f"set -e\ncd {REMOTE_DIR}/src\n"
-                f".venv/bin/bench run {REMOTE_DIR}/{files.grid.name} --results {REMOTE_DIR}/results{nproc}\n"),
+                f".venv/bin/bench run {REMOTE_DIR}/{REMOTE_GRID} --results {REMOTE_DIR}/results{nproc}\n"),
     }
     header = (f"# SkyPilot task written by bench plan --launch-spec (bench commit {files.commit[:12]}):\n"
               f"# {instance.label}, {option.configuration}, ${option.usd_per_run:.2f} per run "
               f"({option.usd_basis}, {option.evidence}).\n"
-              f"# sky launch -c bench {files.task.name}; then rsync -Pavz bench:{REMOTE_DIR}/results/ results/\n")
+              f"# sky launch -c bench {shlex.quote(files.task.name)}; then rsync -Pavz bench:{REMOTE_DIR}/results/ results/\n")
     return header + yaml.dump(task, Dumper=_literal_blocks(), sort_keys=False, width=120)
 
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 from bench.cost.catalog import Instance
 from bench.frames import Tabular
 from bench.grid.cell import Cell
+from bench.grid.model_ref import runs_code
 from bench.measure.hardware import GpuSpec, find_gpu
 from bench.measure.utilization import samples_per_s_at
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
@@ -238,8 +239,10 @@ class MeasuredRow:
     @property
     def projectable_by_model(self) -> bool:
         """A one-process synthetic-input row measured on a catalog GPU: its speed can be carried to another GPU by
-        the model's ratio between the two (`model_speeds`)."""
-        return self.measured_gpu is not None and self.world_size == 1 and self.input == "synthetic"
+        the model's ratio between the two (`model_speeds`). Not a model named as code: a runs file is data, and
+        tracing the model would run the code it names, which nobody asked for here."""
+        return (self.measured_gpu is not None and self.world_size == 1 and self.input == "synthetic"
+                and not runs_code(self.model))
 
     def cell(self) -> Cell:
         """The row's configuration as a cell to trace (one warm-up and one measured step: the trace runs neither)."""

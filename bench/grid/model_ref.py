@@ -6,8 +6,9 @@ for: the input (channels, height, width), the class count and the factory's keyw
 refuses a bad reference (`model_problem`) before torch loads; `bench.train.model_build` builds the model.
 
 A module path or a file is code: it runs when the model is built. The command line and the API take them; a
-grid file takes them only when it says so (`experiment.runs_model_code = true`). A relative file path, and a
-module path, are looked up from the working directory.
+grid file takes them only when it says so (`experiment.runs_model_code = true`), and without it nothing of the
+reference is looked up. A relative file path is read from the working directory; a module path is looked up
+there after the installed packages.
 """
 
 from __future__ import annotations
@@ -146,10 +147,11 @@ class ModelSpec:
 
 
 def cwd_importable() -> None:
-    """`package.module` is looked up in the working directory too, as `python -m` does (the `bench` script's
-    sys.path holds only its own directory)."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """`package.module` is looked up in the working directory too, after everything installed: the reference
+    the user opted into is found there, but a stray `timm.py` beside it never shadows the real one
+    (`bench.isolation`)."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
 
 
 def _hub_repo(name: str) -> tuple[str, str | None]:

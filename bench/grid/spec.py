@@ -254,8 +254,7 @@ def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, 
     if count > max_cells:
         raise GridFileError(f"{path}: grid: {count:,} cells (the product of the axes' lengths) is over the limit of "
                             f"{max_cells:,}; split the grid, or pass --max-cells {count} if it is meant")
-    if check_models:
-        _check_models(grid_axes.model, path, spec.experiment.runs_model_code)
+    _check_models(grid_axes.model, path, spec.experiment.runs_model_code, resolve=check_models)
     cells = tuple(_expand(spec.experiment.name, profile, grid_axes, run))
     if not cells:
         raise GridFileError(f"{path}: grid.exclude: every cell is excluded; nothing would run")
@@ -426,14 +425,17 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
     return model
 
 
-def _check_models(names: list[str], path: Path, runs_model_code: bool = False) -> None:
+def _check_models(names: list[str], path: Path, runs_model_code: bool, *, resolve: bool = True) -> None:
+    """Refuse a model the grid may not name, then (`resolve`) one that cannot be found. The opt-in comes first
+    and on its own: looking a module up imports its parent packages, which runs their code."""
     from bench.grid.model_ref import model_problem, runs_code
 
     for index, name in enumerate(names):
-        problem = model_problem(name)
         if runs_code(name) and not runs_model_code:
-            problem = (f"{name!r} names code, which runs when the model is built; a grid file runs it only with "
-                       "experiment.runs_model_code = true")
+            raise GridFileError(f"{path}: grid.model[{index}]: {name!r} names code, which runs when the model is "
+                                "built; a grid file runs it only with experiment.runs_model_code = true")
+    for index, name in enumerate(names if resolve else ()):
+        problem = model_problem(name)
         if problem:
             raise GridFileError(f"{path}: grid.model[{index}]: {problem}")
 

@@ -139,6 +139,17 @@ def foreign_load_cores(before: LoadReading, after: LoadReading) -> float | None:
     return max(0.0, (busy_ticks - own_ticks) / _CLOCK_TICKS / wall_s)
 
 
+def available_memory_bytes() -> int | None:
+    """Memory the host can give a new process without swapping (/proc/meminfo's MemAvailable), or None."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def machine_cpus() -> int:
     """Logical CPUs /proc/stat counts busy time over: the whole machine's, not this process's affinity."""
     return os.cpu_count() or 1

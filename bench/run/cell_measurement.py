@@ -21,6 +21,7 @@ import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
 import torch
 
 from bench.grid.cell import Cell
+from bench.isolation import drop_working_directory
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line, is_out_of_memory
 from bench.measure.flops import FlopsPerSample
@@ -94,6 +95,7 @@ def child_main(task: CellTask, connection: Connection) -> None:
     """Process entry point: send back the cell's outcome, whatever happens."""
     # Ctrl-C reaches the whole process group; the runner decides and kills this process itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    drop_working_directory()  # the path came from the runner's process: a late import must not find ./x.py
     if task.runner_pid:
         exit_with(task.runner_pid)
     outcome = measured_outcome(task)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-import bench
+from bench.isolation import safe_child_environment
 from bench.measure.cpu import thread_budget
 from bench.measure.utilization import samples_per_s
 from bench.results.rows import failure, throughput_columns
@@ -69,9 +69,7 @@ def run_distributed(task: CellTask, timeout_s: float) -> dict:
 
 
 def _rank_environment(task: CellTask) -> dict[str, str]:
-    # The ranks import the same `bench` as this process, wherever it was started from.
-    path = str(Path(bench.__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")]))}
+    env = safe_child_environment()  # torchrun and its ranks are `python -m`: no ./torch.py, and the same bench
     if task.device.type == "cpu":
         # torchrun would otherwise set 1 thread per rank (and warn); ranks share the cores.
         env["OMP_NUM_THREADS"] = str(threads_per_rank(task.cell.world_size, task.device.threads))
