@@ -147,13 +147,13 @@ def plan(folders: Iterable[str | Path] = (), *, model: str, effective_batch: int
          dataset_size: int | None = None, epochs: float | None = None, scaling_efficiency: float = 0.9,
          headroom: float = 0.10, predict: Literal["auto", "always", "never"] = "auto", gpus: Iterable[str] = (),
          precisions: Iterable[str] = (), checkpointing: Iterable[str] = (), optimizer: str = "adamw",
-         on_text: Callable[[str], None] | None = None) -> Plan:
+         rank_by: Literal["cost", "hours"] = "cost", on_text: Callable[[str], None] | None = None) -> Plan:
     """(instance, micro-batch x accumulation, precision, checkpointing, optimizer) options ranked by dollars
     per run for `model` at `effective_batch`, from the rows of `folders`, as `bench plan` does: by default
     (`predict="auto"`) the throughput model adds options when the rows hold no GPU row of the model
     (`always`: beside the measured ones; `never`: the rows alone). `gpus` keeps only instances with those
-    catalog GPUs; `precisions`, `checkpointing` and `optimizer` are what is predicted; `on_text` gets the
-    predictor's progress lines."""
+    catalog GPUs; `precisions`, `checkpointing` and `optimizer` are what is predicted; `rank_by` orders by dollars
+    (`cost`) or hours per run; `on_text` gets the predictor's progress lines."""
     from bench.cost.catalog import load_catalog
     from bench.cost.outputs import load_ok_rows
     from bench.cost.plan import PlanRequest, make_plan
@@ -167,7 +167,8 @@ def plan(folders: Iterable[str | Path] = (), *, model: str, effective_batch: int
                       image_size=image_size, predict=predict, precisions=tuple(precisions),
                       checkpointing=tuple(checkpointing), optimizer=optimizer, headroom=headroom, on_text=on_text)
     request = PlanRequest(model=model, effective_batch=effective_batch, workload=_workload(dataset_size, epochs),
-                          image_size=found.image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot)
+                          image_size=found.image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot,
+                          rank_by=rank_by)
     return make_plan(found.rows, instances, request, Assumptions(scaling_efficiency=scaling_efficiency,
                                                                  headroom=headroom,
                                                                  allow_cpu_projection=allow_cpu_projection))
@@ -218,7 +219,9 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
     candidates = PlanCandidates(model=model, image_size=size, effective_batch=effective_batch,
                                 gpus=tuple(sorted({instance.gpu for instance in instances})),
                                 precisions=precisions or DEFAULT_PRECISIONS, checkpointing=checkpointing or ("off",),
-                                optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}))
+                                optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}),
+                                gpu_counts={gpu: tuple(sorted({i.gpu_count for i in instances if i.gpu == gpu}))
+                                            for gpu in {instance.gpu for instance in instances}})
     probe_cell = candidates.cell(1, "fp32", "off")
     if check_cell:
         check_cell(probe_cell)

@@ -49,7 +49,7 @@ def test_the_task_asks_for_the_cheapest_options_instance_and_runs_its_grid(launc
     assert task["envs"]["BENCH_COMMIT"] == commit
     (cell,) = load_grid(folder / "task.toml", "cuda").cells
     assert (cell.model, cell.image_size, cell.micro_batch, cell.accum_steps, cell.precision, cell.checkpointing) == \
-        ("resnet50", best["image_size"], best["micro_batch"], best["accum_steps"], best["precision"],
+        ("resnet50", best["image_size"], best["micro_batch"], best["accum_steps_per_gpu"], best["precision"],
          best["checkpointing"])
 
 

@@ -42,10 +42,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
     plan.add_argument("--deadline-hours", type=positive, help="leave out options taking longer per run")
     plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")
+    plan.add_argument("--rank-by", choices=("cost", "hours"), default="cost",
+                      help="rank by dollars per run (cost, the default) or by hours per run (hours)")
     plan.add_argument("--top", type=positive_int, default=10, help="options to print (default 10)")
     plan.add_argument("--wide", action="store_true",
-                      help="every column on the option's line (feeding, basis), unwrapped; default: lines of at most "
-                           "120 characters, the basis after the table")
+                      help="every column on the option's line (feeding, basis), unwrapped; default: lines as wide as "
+                           "the terminal (120 characters when not one), the basis after the table")
     plan.add_argument("--gpu", action="append", default=[], metavar="KEY",
                       help="only instances with this catalog GPU (repeatable; default: every GPU)")
     plan.add_argument("--precision", action="append", choices=("bf16", "fp16", "tf32", "fp32"), default=[],
@@ -145,7 +147,7 @@ def plan_run(args: argparse.Namespace) -> int:
         rows, image_size = found.rows, found.image_size
         request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
                               image_size=image_size, budget_usd=args.budget_usd,
-                              deadline_hours=args.deadline_hours, spot=args.spot)
+                              deadline_hours=args.deadline_hours, spot=args.spot, rank_by=args.rank_by)
         step.advance(f"pricing {len(rows)} rows x {len(instances)} instances")
         plan = make_plan(rows, instances, request, _assumptions(args))
         loader = _loader_costs(args, folders)
@@ -198,23 +200,31 @@ def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instan
 
 
 def _plan_rows(args: argparse.Namespace, model: str, rows: list, instances: tuple[Instance, ...]):
-    """The rows the plan ranks, predicted ones added by the rule `bench.plan` follows (`bench.api.plan_rows`)."""
+    """The rows the plan ranks, predicted ones added by the rule `bench.plan` follows (`bench.api.plan_rows`).
+    What the predictor did goes to stderr, like every command's progress: stdout holds the plan alone."""
+    import sys
+
     from bench.api import plan_rows
     from bench.cost.outputs import wrapped
     from bench.speed.predict import MEMORY_METHOD
+
+    def say(text: str) -> None:
+        print("\n".join(wrapped(text, "  ")), file=sys.stderr, flush=True)
 
     fields = model_fields(args, args.image_size)
     found = plan_rows(rows, model=model, effective_batch=args.effective_batch, instances=instances,
                       image_size=fields["image_size"], predict=args.predict, precisions=tuple(args.precision),
                       checkpointing=tuple(args.checkpointing), optimizer=args.optimizer, headroom=args.headroom,
                       model_options=model_extras(fields),
-                      on_text=lambda text: print("\n".join(wrapped(text, "  ")), flush=True), check_cell=check_built)
+                      on_text=say, check_cell=check_built)
     if found.predicted is not None:
+        from bench.units import plural
+
         gpus = len({instance.gpu for instance in instances})
         refused = "; ".join(f"{count} {why}" for why, count in found.refused.items())
-        print("\n".join(wrapped(f"predicted {found.predicted} options on {gpus} GPUs in {found.seconds:.1f} s"
-                                + (f" (not predicted: {refused})" if refused else ""), "  ")))
-        print("\n".join(wrapped(MEMORY_METHOD, "  ")))
+        say(f"predicted {plural(found.predicted, 'option')} on {plural(gpus, 'GPU')} in {found.seconds:.1f} s"
+            + (f" (not predicted: {refused})" if refused else ""))
+        say(MEMORY_METHOD)
     return found
 
 
@@ -245,7 +255,13 @@ def _loader_costs(args: argparse.Namespace, folders: list[Path]) -> tuple[list, 
         if not (folder / "runs.csv").is_file():
             raise OptionError(f"--loader-rows {folder}: no runs.csv here; pass a results folder such as "
                               "results/input_pipeline/<device-tag>")
-    return load_loader_costs(sources), ", ".join(str(folder) for folder in sources)
+    costs, where = load_loader_costs(sources), ", ".join(str(folder) for folder in sources)
+    if not costs and not args.loader_rows and args.handler is plan_run:
+        from bench.cost.feeding import study_loader_costs
+
+        costs, study = study_loader_costs()  # every plan states the cores that feed it; say whose host measured them
+        where = study or where
+    return costs, where
 
 
 def _workload(args: argparse.Namespace) -> Workload:

@@ -214,7 +214,8 @@ def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
     request = plan.request
     return {"request": {"model": request.model, "effective_batch": request.effective_batch,
                         "image_size": request.image_size, "budget_usd": request.budget_usd,
-                        "deadline_hours": request.deadline_hours, "spot": request.spot},
+                        "deadline_hours": request.deadline_hours, "spot": request.spot,
+                        "rank_by": request.rank_by},
             "catalog": catalog, "assumptions": _assumptions(request.workload, plan.assumptions),
             "image_size": plan.image_size, "left_out": plan.left_out,
             "oldest_price_observed": plan.oldest_price_observed,

@@ -82,7 +82,8 @@ def grid_text(plan: Plan, option: Option, model_fields: dict[str, object]) -> st
             f"description = {json.dumps(f'the plan option measured on {option.line.instance.label}')}\n"
             + ("runs_model_code = true  # the model was named as code on the command line\n" if code else "")
             + f"\n[grid]\nmodel = [{json.dumps(plan.request.model)}]\nimage_size = [{row.image_size}]\n"
-            f"effective_batch = {row.micro_batch * row.accum_steps}\npairs = [[{row.micro_batch}, {row.accum_steps}]]\n"
+            f"effective_batch = {row.micro_batch * option.accum_steps_per_gpu}\n"
+            f"pairs = [[{row.micro_batch}, {option.accum_steps_per_gpu}]]\n"
             f"precision = [{json.dumps(row.precision)}]\ncheckpointing = [{json.dumps(row.checkpointing)}]\n"
             f"optimizer = [{json.dumps(row.optimizer)}]\nchannels_last = [true]\n{extra}")
 
