@@ -176,18 +176,21 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
 
 
 def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -> None:
-    """The task, its grid and the source archive; what was written, on stderr (stdout holds the plan)."""
+    """The task, its grid and the source archive; what was written, the measurement's predicted cost and (without
+    SkyPilot here) how to get it, on stderr (stdout holds the plan)."""
+    import importlib.util
     import shlex
     import sys
 
     from bench.cost.launch import write_launch_spec
-    from bench.results.provenance import git_state
 
     files = write_launch_spec(plan, args.launch_spec, model_extras(model_fields(args, image_size)))
-    dirty = git_state()[1]
     print(f"launch spec: {files.task} (SkyPilot task), {files.grid.name} (the grid it runs), {files.source.name} "
-          f"(commit {files.commit[:12]}{', without the uncommitted changes' if dirty else ''}); "
-          f"sky launch -c bench {shlex.quote(str(files.task))}", file=sys.stderr)
+          f"(commit {files.commit[:12]}); sky launch -c bench {shlex.quote(str(files.task))}", file=sys.stderr)
+    print(f"  {files.measurement}", file=sys.stderr)
+    if importlib.util.find_spec("sky") is None:
+        print("  SkyPilot is not installed here (no module sky): pip install 'bench[cloud]' to launch the task "
+              "(docs/cloud.md)", file=sys.stderr)
 
 
 def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
