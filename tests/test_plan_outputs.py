@@ -88,3 +88,31 @@ def test_lines_fit_the_terminal_width(capfd, monkeypatch):
     out = capfd.readouterr().out
     notes = out.split("\nwhy: ", 1)[1].splitlines()
     assert max(len(line) for line in notes) <= 90
+
+
+def test_plan_and_cost_defaults_come_from_the_dataclasses_that_own_them(monkeypatch):
+    """#37 item 3: headroom, scaling efficiency, dataset size and epochs are stated once, in `Workload` and
+    `Assumptions`; the command line reads them from there."""
+    from dataclasses import dataclass
+
+    from bench.cli import _parser
+    from bench.cost.price import Assumptions, Workload
+
+    @dataclass(frozen=True)
+    class Shorter(Workload):
+        epochs: float = 3
+
+    @dataclass(frozen=True)
+    class Tighter(Assumptions):
+        scaling_efficiency: float = 0.5
+        headroom: float = 0.25
+
+    monkeypatch.setattr("bench.commands.cost.Workload", Shorter)
+    monkeypatch.setattr("bench.commands.cost.Assumptions", Tighter)
+    for command in (["plan", "resnet50", "--effective-batch", "8"], ["cost", "results/resnet50/predicted"]):
+        args = _parser.__wrapped__().parse_args(command)  # a fresh parser: the cached one was built before the patch
+        assert (args.epochs, args.scaling_efficiency, args.headroom, args.dataset_size) == \
+            (3, 0.5, 0.25, Workload().dataset_size)
+    # The API leaves them to the same dataclasses.
+    plan = bench.plan(model="test_resnet", effective_batch=16, image_size=32, predict="never")
+    assert plan.assumptions == Assumptions() and plan.request.workload == Workload()

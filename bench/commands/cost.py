@@ -71,15 +71,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("folders", nargs="*", type=Path, metavar="RESULTS_DIR",
                       help="results folders whose rows are priced too (optional: without any, every option is "
                            "predicted)")
+    workload, assumptions = Workload(), Assumptions()  # the defaults, stated once in the dataclasses
     for sub in (cost, plan):
-        sub.add_argument("--dataset-size", type=positive_int, default=1_281_167,
-                         help="samples per epoch (default: ImageNet-1k train, 1,281,167)")
-        sub.add_argument("--epochs", type=positive, default=90.0, help="epochs per run (default 90)")
-        sub.add_argument("--scaling-efficiency", type=fraction, default=0.9,
+        sub.add_argument("--dataset-size", type=positive_int, default=workload.dataset_size,
+                         help=f"samples per epoch (default: ImageNet-1k train, {workload.dataset_size:,})")
+        sub.add_argument("--epochs", type=positive, default=workload.epochs,
+                         help=f"epochs per run (default {workload.epochs:g})")
+        sub.add_argument("--scaling-efficiency", type=fraction, default=assumptions.scaling_efficiency,
                          help="multi-GPU speed-up as a fraction of the GPU count where no DDP row measured it "
-                              "(default 0.9)")
-        sub.add_argument("--headroom", type=non_negative, default=0.10,
-                         help="memory kept free above the measured peak, fraction of it (default 0.10)")
+                              f"(default {assumptions.scaling_efficiency:g})")
+        sub.add_argument("--headroom", type=non_negative, default=assumptions.headroom,
+                         help=f"memory kept free above the measured peak, fraction of it (default "
+                              f"{assumptions.headroom:.2f})")
         sub.add_argument("--provider", action="append", default=[], help="only this provider's instances (repeatable)")
         sub.add_argument("--catalog", type=Path, help="instance catalog CSV (default: bench/data/instances.csv)")
         sub.add_argument("--include-superseded", action="store_true", help="also price superseded catalog rows")

@@ -37,7 +37,7 @@ from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import Estimate, FakeModels, whole_segments
 from bench.memory.estimate_grid import estimate_device, estimate_row
-from bench.memory.fit import memory_fit
+from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 from bench.memory.probe import estimated_peak_bytes
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
@@ -242,7 +242,7 @@ class PlanCandidates:
     checkpointing: tuple[str, ...] = ("off",)
     optimizer: str = "adamw"
     channels_last: bool = True
-    headroom: float = 0.10
+    headroom: float = DEFAULT_HEADROOM
     model_options: dict[str, Any] = field(default_factory=dict)
     """The cells' model fields beyond model and image_size (model_kwargs, in_chans, image_width, num_classes)."""
     gpu_counts: dict[str, tuple[int, ...]] = field(default_factory=dict)
