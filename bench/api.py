@@ -128,49 +128,50 @@ def probe(model: str, *, gpu: str | None = None, memory_gib: float | None = None
 
 def price(folder: str | Path, *, allow_cpu_projection: bool = False, providers: Iterable[str] = (),
          catalog: str | Path | None = None, dataset_size: int | None = None, epochs: float | None = None,
-         scaling_efficiency: float = 0.9, headroom: float = 0.10) -> CostTable:
+         scaling_efficiency: float | None = None, headroom: float | None = None) -> CostTable:
     """Every ok row of `folder/runs.csv` priced on every current catalog instance, as `bench cost` does
-    (nothing is written: `bench cost` writes cost.csv, cost.md and the chart)."""
+    (nothing is written: `bench cost` writes cost.csv, cost.md and the chart). Options left None take the
+    defaults of `bench.cost.price.Workload` and `Assumptions`."""
     from bench.cost.catalog import load_catalog
     from bench.cost.outputs import load_ok_rows
     from bench.cost.price import Assumptions, price_rows
 
     instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
     return price_rows(load_ok_rows(Path(folder)), instances, _workload(dataset_size, epochs),
-                      Assumptions(scaling_efficiency=scaling_efficiency, headroom=headroom,
-                                  allow_cpu_projection=allow_cpu_projection))
+                      _assumptions(scaling_efficiency, headroom, allow_cpu_projection))
 
 
 def plan(folders: Iterable[str | Path] = (), *, model: str, effective_batch: int, allow_cpu_projection: bool = False,
          providers: Iterable[str] = (), spot: bool = False, budget_usd: float | None = None,
          deadline_hours: float | None = None, image_size: int | None = None, catalog: str | Path | None = None,
-         dataset_size: int | None = None, epochs: float | None = None, scaling_efficiency: float = 0.9,
-         headroom: float = 0.10, predict: Literal["auto", "always", "never"] = "auto", gpus: Iterable[str] = (),
+         dataset_size: int | None = None, epochs: float | None = None, scaling_efficiency: float | None = None,
+         headroom: float | None = None, predict: Literal["auto", "always", "never"] = "auto", gpus: Iterable[str] = (),
          precisions: Iterable[str] = (), checkpointing: Iterable[str] = (), optimizer: str = "adamw",
-         on_text: Callable[[str], None] | None = None) -> Plan:
+         rank_by: Literal["cost", "hours"] = "cost", on_text: Callable[[str], None] | None = None) -> Plan:
     """(instance, micro-batch x accumulation, precision, checkpointing, optimizer) options ranked by dollars
     per run for `model` at `effective_batch`, from the rows of `folders`, as `bench plan` does: by default
     (`predict="auto"`) the throughput model adds options when the rows hold no GPU row of the model
     (`always`: beside the measured ones; `never`: the rows alone). `gpus` keeps only instances with those
-    catalog GPUs; `precisions`, `checkpointing` and `optimizer` are what is predicted; `on_text` gets the
-    predictor's progress lines."""
+    catalog GPUs; `precisions`, `checkpointing` and `optimizer` are what is predicted; `rank_by` orders by dollars
+    (`cost`) or hours per run; `on_text` gets the predictor's progress lines. Options left None take the
+    defaults of `bench.cost.price.Workload` and `Assumptions`."""
     from bench.cost.catalog import load_catalog
     from bench.cost.outputs import load_ok_rows
     from bench.cost.plan import PlanRequest, make_plan
-    from bench.cost.price import Assumptions
 
     rows = [row for folder in folders for row in load_ok_rows(Path(folder))]
     instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
     wanted = tuple(gpus)
     instances = tuple(i for i in instances if not wanted or i.gpu in wanted)
+    assumptions = _assumptions(scaling_efficiency, headroom, allow_cpu_projection)
     found = plan_rows(rows, model=model, effective_batch=effective_batch, instances=instances,
                       image_size=image_size, predict=predict, precisions=tuple(precisions),
-                      checkpointing=tuple(checkpointing), optimizer=optimizer, headroom=headroom, on_text=on_text)
+                      checkpointing=tuple(checkpointing), optimizer=optimizer, headroom=assumptions.headroom,
+                      on_text=on_text)
     request = PlanRequest(model=model, effective_batch=effective_batch, workload=_workload(dataset_size, epochs),
-                          image_size=found.image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot)
-    return make_plan(found.rows, instances, request, Assumptions(scaling_efficiency=scaling_efficiency,
-                                                                 headroom=headroom,
-                                                                 allow_cpu_projection=allow_cpu_projection))
+                          image_size=found.image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot,
+                          rank_by=rank_by)
+    return make_plan(found.rows, instances, request, assumptions)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ class PlanRows:
 def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, instances: tuple[Instance, ...],
               image_size: int | None = None, predict: Literal["auto", "always", "never"] = "auto",
               precisions: tuple[str, ...] = (), checkpointing: tuple[str, ...] = (), optimizer: str = "adamw",
-              headroom: float = 0.10, model_options: dict[str, Any] | None = None,
+              headroom: float | None = None, model_options: dict[str, Any] | None = None,
               on_text: Callable[[str], None] | None = None,
               check_cell: Callable[[Cell], None] | None = None) -> PlanRows:
     """`rows`, plus the throughput model's options on the instances' GPUs when `predict` asks for them (`auto`:
@@ -215,10 +216,16 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
     began = time.monotonic()
     sizes = sorted({row.image_size for row in rows if row.model == model})
     size = image_size or (sizes[0] if len(sizes) == 1 else 224)
+    if headroom is None:
+        from bench.memory.fit import DEFAULT_HEADROOM
+
+        headroom = DEFAULT_HEADROOM
     candidates = PlanCandidates(model=model, image_size=size, effective_batch=effective_batch,
                                 gpus=tuple(sorted({instance.gpu for instance in instances})),
                                 precisions=precisions or DEFAULT_PRECISIONS, checkpointing=checkpointing or ("off",),
-                                optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}))
+                                optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}),
+                                gpu_counts={gpu: tuple(sorted({i.gpu_count for i in instances if i.gpu == gpu}))
+                                            for gpu in {instance.gpu for instance in instances}})
     probe_cell = candidates.cell(1, "fp32", "off")
     if check_cell:
         check_cell(probe_cell)
@@ -243,6 +250,15 @@ def read_rows(folder: str | Path) -> pd.DataFrame:
     if not runs.is_file():
         raise ResultsFileError(f"{runs}: no runs file here; name a results folder such as results/smoke/<device-tag>")
     return read_runs(runs)
+
+
+def _assumptions(scaling_efficiency: float | None, headroom: float | None, allow_cpu_projection: bool):
+    """`Assumptions` with the values given; the dataclass's own defaults for the rest (stated there, once)."""
+    from bench.cost.price import Assumptions
+
+    chosen = {name: value for name, value in (("scaling_efficiency", scaling_efficiency), ("headroom", headroom))
+              if value is not None}
+    return Assumptions(**chosen, allow_cpu_projection=allow_cpu_projection)
 
 
 def _workload(dataset_size: int | None, epochs: float | None):

@@ -83,3 +83,12 @@ def gflop(flops: float, decimals: int = 1) -> str:
     '24.6 GFLOP'
     """
     return f"{flops / GFLOP:.{decimals}f} GFLOP"
+
+
+def plural(count: int, noun: str) -> str:
+    """`count` and `noun`, with an s unless the count is one.
+
+    >>> plural(1, "GPU"), plural(8, "GPU"), plural(0, "option")
+    ('1 GPU', '8 GPUs', '0 options')
+    """
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -10,7 +10,8 @@ import yaml
 from conftest import REPO
 
 from bench.cli import main
-from bench.cost.launch import SKYPILOT_ACCELERATORS
+from bench.cost.launch import SKYPILOT_ACCELERATORS, committed_model
+from bench.errors import OptionError
 from bench.grid.spec import load_grid
 
 README_PLAN = ["plan", "vit_large_patch16_224", "--effective-batch", "4096", "--image-size", "224"]
@@ -18,6 +19,12 @@ README_PLAN = ["plan", "vit_large_patch16_224", "--effective-batch", "4096", "--
 ROWS_PLAN = ["plan", "resnet50", str(REPO / "results" / "resnet50" / "predicted"), "--effective-batch", "1024",
              "--predict", "never"]
 """A plan from committed rows (seconds)."""
+
+
+def _any_tree(patch: pytest.MonkeyPatch) -> None:
+    """Let these tests run on a checkout with uncommitted changes (a developer's): the refusal of a dirty tree has
+    tests of its own, on a repository made for them."""
+    patch.setattr("bench.cost.launch.committed_model", lambda model: model)
 
 
 def _launch(tmp_path_factory, argv: list[str]):
@@ -28,6 +35,7 @@ def _launch(tmp_path_factory, argv: list[str]):
     capture = folder / "plan.json"
     with capture.open("w") as out, pytest.MonkeyPatch.context() as patch:
         patch.setattr("sys.stdout", out)
+        _any_tree(patch)
         assert main([*argv, "--launch-spec", str(folder / "task.yaml"), "--format", "json"]) == 0
     return json.loads(capture.read_text()), folder
 
@@ -49,7 +57,7 @@ def test_the_task_asks_for_the_cheapest_options_instance_and_runs_its_grid(launc
     assert task["envs"]["BENCH_COMMIT"] == commit
     (cell,) = load_grid(folder / "task.toml", "cuda").cells
     assert (cell.model, cell.image_size, cell.micro_batch, cell.accum_steps, cell.precision, cell.checkpointing) == \
-        ("resnet50", best["image_size"], best["micro_batch"], best["accum_steps"], best["precision"],
+        ("resnet50", best["image_size"], best["micro_batch"], best["accum_steps_per_gpu"], best["precision"],
          best["checkpointing"])
 
 
@@ -88,6 +96,7 @@ def test_a_launch_spec_named_like_a_command_never_reaches_the_clusters_shell(tmp
     capture = folder / "plan.json"
     with capture.open("w") as out, pytest.MonkeyPatch.context() as patch:
         patch.setattr("sys.stdout", out)
+        _any_tree(patch)
         assert main([*ROWS_PLAN, "--launch-spec", str(folder / f"{name}.yaml"), "--format", "json"]) == 0
     task = yaml.safe_load((folder / f"{name}.yaml").read_text())
     for script in (task["setup"], task["run"]):
@@ -100,3 +109,90 @@ def test_a_launch_spec_name_with_a_control_character_is_refused(capsys, tmp_path
     assert main([*ROWS_PLAN, "--launch-spec", str(tmp_path / "a\nb.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "control characters" in err and not list(tmp_path.iterdir())
+
+
+def test_the_task_states_what_measuring_the_option_costs(launched):
+    plan, folder = launched
+    header = (folder / "task.yaml").read_text().split("\nname:")[0]
+    best = plan["options"][0]
+    # 7 steps (2 warm-up, 5 timed) at micro-batch x K / the predicted samples/s per GPU, priced at the instance's rate
+    step_s = best["micro_batch"] * best["accum_steps_per_gpu"] / best["line"]["samples_per_s_per_gpu"]
+    assert f"# measuring it: 7 steps at the predicted {step_s:.2f} s each" in header
+    assert f"${7 * step_s * best['usd_per_hour'] / 3600:,.2f}-" in header and "not predicted" in header
+
+
+# --- what the archive carries: committed code only (#37 item 6, #41 item 15) ---------------------
+
+FACTORY = "import timm\n\ndef make(**kwargs):\n    return timm.create_model('test_resnet', **kwargs)\n"
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git repository standing in for bench's: bench/, pyproject.toml and a committed model file."""
+    root = tmp_path / "repo"
+    (root / "bench").mkdir(parents=True)
+    (root / "nets").mkdir()
+    (root / "bench" / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (root / "nets" / "tiny.py").write_text(FACTORY)
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
+    monkeypatch.setattr("bench.cost.launch.REPO", root)
+    return root
+
+
+def test_a_committed_model_file_travels_under_its_repository_path(repo, monkeypatch, tmp_path):
+    from bench.cost.launch import grid_text
+
+    name = committed_model(f"{repo / 'nets' / 'tiny.py'}:make")  # the local absolute path a user typed
+    assert name == "nets/tiny.py:make"
+    plan = _rows_plan()
+    grid = tmp_path / "grid.toml"
+    grid.write_text(grid_text(plan, plan.options[0], {}, name))
+    monkeypatch.chdir(repo)  # the cluster runs bench from the unpacked archive's root
+    (cell,) = load_grid(grid, "cuda").cells
+    assert cell.model == "nets/tiny.py:make"
+
+
+def test_uncommitted_model_code_is_refused_naming_the_file(repo):
+    (repo / "nets" / "new.py").write_text(FACTORY)
+    with pytest.raises(OptionError, match=r"^--launch-spec: nets/new.py: the model's code is not committed"):
+        committed_model(f"{repo / 'nets' / 'new.py'}:make")
+    (repo / "nets" / "tiny.py").write_text(FACTORY + "# changed\n")
+    with pytest.raises(OptionError, match=r"^--launch-spec: nets/tiny.py: uncommitted changes in a file the run"):
+        committed_model(f"{repo / 'nets' / 'tiny.py'}:make")
+
+
+def test_code_outside_the_repository_is_refused(repo, tmp_path):
+    outside = tmp_path / "mine.py"
+    outside.write_text(FACTORY)
+    with pytest.raises(OptionError, match="the model's code is outside the repository"):
+        committed_model(f"{outside}:make")
+
+
+def test_a_tree_dirty_where_the_run_installs_from_is_refused_in_one_line(repo, capsys, tmp_path):
+    (repo / "bench" / "__init__.py").write_text("# changed\n")
+    (repo / "notes.txt").write_text("not needed by the run\n")
+    assert main([*ROWS_PLAN, "--launch-spec", str(tmp_path / "out" / "task.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bench/__init__.py: uncommitted changes" in err
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_without_skypilot_the_launch_line_says_how_to_get_it(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    _any_tree(monkeypatch)
+    assert main([*ROWS_PLAN, "--launch-spec", str(tmp_path / "task.yaml"), "--top", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "measuring it:" in err
+    assert ("pip install 'bench[cloud]'" in err) == (importlib.util.find_spec("sky") is None)
+
+
+def _rows_plan():
+    import bench
+
+    return bench.plan([REPO / "results" / "resnet50" / "predicted"], model="resnet50", effective_batch=1024,
+                      predict="never")

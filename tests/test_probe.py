@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from conftest import run_bench
+from conftest import REPO, run_bench
 
 from bench.measure.device import detect_device
 from bench.memory.estimate import estimate_cell
@@ -76,3 +78,38 @@ def test_bad_probe_input_is_one_line_naming_the_option_and_exit_2(args, option):
     result = run_bench("probe", *args)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and option in result.stderr
+
+
+# --- what a probe answer says (#37 item 7) ----------------------------------------------------
+
+def test_the_size_that_fits_and_the_one_that_does_not_print_different_figures():
+    from bench.memory.budget import Budget
+    from bench.memory.probe import ProbeConfig, ProbeResult, Search, describe_probe
+
+    budget_bytes = 24 * 2**30
+    # With 10 % headroom, 143 needs 1 MiB less than the budget and 144 needs 1 MiB more: at two decimals
+    # both would read "24.00 GiB".
+    at, above = (budget_bytes - 2**20) / 1.1, (budget_bytes + 2**20) / 1.1
+    result = ProbeResult(budget_bytes, Search(143, ((143, True), (144, False))), predicted_peaks={143: at, 144: above})
+    text = describe_probe(ProbeConfig.of("resnet50"), Budget(budget_bytes, "RTX-3090 (24 GiB)", 0.10), result)
+    totals = re.findall(r"= ([\d.]+) GiB", text)
+    assert len(totals) == 2 and len({*totals, re.search(r"budget ([\d.]+) GiB", text).group(1)}) == 3, text
+    assert float(totals[0]) < 24 < float(totals[1])
+
+
+def test_probe_json_has_whole_bytes_and_the_estimators_measured_agreement(capfd, monkeypatch):
+    import json
+
+    from bench.cli import main
+    from bench.memory.validate import VALIDATION_ROWS, judged
+
+    monkeypatch.chdir(REPO)
+    assert main(["probe", "test_resnet", "--gpu", "L4", "--image-size", "32", "--format", "json"]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert isinstance(doc["budget"]["bytes"], int) and isinstance(doc["predicted_peak_bytes"], int)
+    agreement = doc["estimator_agreement"]
+    rows = judged(VALIDATION_ROWS, doc["budget"]["headroom"])  # the committed validation, not a literal
+    assert agreement["rows"] == len(rows) and agreement["both_right_pct"] == pytest.approx(100 * rows.both_right.mean())
+    assert "timm RTX 3090" in agreement["text"] and all("estimator_agreement" in a for a in doc["answers"])
+    assert main(["probe", "test_resnet", "--gpu", "L4", "--image-size", "32"]) == 0
+    assert f"both sides right on {agreement['both_right_pct']:.1f} % of {len(rows)}" in " ".join(capfd.readouterr().out.split())

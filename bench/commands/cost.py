@@ -42,10 +42,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--budget-usd", type=positive, help="leave out options costing more per run")
     plan.add_argument("--deadline-hours", type=positive, help="leave out options taking longer per run")
     plan.add_argument("--spot", action="store_true", help="rank by spot prices (options without one are left out)")
+    plan.add_argument("--rank-by", choices=("cost", "hours"), default="cost",
+                      help="rank by dollars per run (cost, the default) or by hours per run (hours)")
     plan.add_argument("--top", type=positive_int, default=10, help="options to print (default 10)")
     plan.add_argument("--wide", action="store_true",
-                      help="every column on the option's line (feeding, basis), unwrapped; default: lines of at most "
-                           "120 characters, the basis after the table")
+                      help="every column on the option's line (feeding, basis), unwrapped; default: lines as wide as "
+                           "the terminal (120 characters when not one), the basis after the table")
     plan.add_argument("--gpu", action="append", default=[], metavar="KEY",
                       help="only instances with this catalog GPU (repeatable; default: every GPU)")
     plan.add_argument("--precision", action="append", choices=("bf16", "fp16", "tf32", "fp32"), default=[],
@@ -69,15 +71,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("folders", nargs="*", type=Path, metavar="RESULTS_DIR",
                       help="results folders whose rows are priced too (optional: without any, every option is "
                            "predicted)")
+    workload, assumptions = Workload(), Assumptions()  # the defaults, stated once in the dataclasses
     for sub in (cost, plan):
-        sub.add_argument("--dataset-size", type=positive_int, default=1_281_167,
-                         help="samples per epoch (default: ImageNet-1k train, 1,281,167)")
-        sub.add_argument("--epochs", type=positive, default=90.0, help="epochs per run (default 90)")
-        sub.add_argument("--scaling-efficiency", type=fraction, default=0.9,
+        sub.add_argument("--dataset-size", type=positive_int, default=workload.dataset_size,
+                         help=f"samples per epoch (default: ImageNet-1k train, {workload.dataset_size:,})")
+        sub.add_argument("--epochs", type=positive, default=workload.epochs,
+                         help=f"epochs per run (default {workload.epochs:g})")
+        sub.add_argument("--scaling-efficiency", type=fraction, default=assumptions.scaling_efficiency,
                          help="multi-GPU speed-up as a fraction of the GPU count where no DDP row measured it "
-                              "(default 0.9)")
-        sub.add_argument("--headroom", type=non_negative, default=0.10,
-                         help="memory kept free above the measured peak, fraction of it (default 0.10)")
+                              f"(default {assumptions.scaling_efficiency:g})")
+        sub.add_argument("--headroom", type=non_negative, default=assumptions.headroom,
+                         help=f"memory kept free above the measured peak, fraction of it (default "
+                              f"{assumptions.headroom:.2f})")
         sub.add_argument("--provider", action="append", default=[], help="only this provider's instances (repeatable)")
         sub.add_argument("--catalog", type=Path, help="instance catalog CSV (default: bench/data/instances.csv)")
         sub.add_argument("--include-superseded", action="store_true", help="also price superseded catalog rows")
@@ -145,7 +150,7 @@ def plan_run(args: argparse.Namespace) -> int:
         rows, image_size = found.rows, found.image_size
         request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
                               image_size=image_size, budget_usd=args.budget_usd,
-                              deadline_hours=args.deadline_hours, spot=args.spot)
+                              deadline_hours=args.deadline_hours, spot=args.spot, rank_by=args.rank_by)
         step.advance(f"pricing {len(rows)} rows x {len(instances)} instances")
         plan = make_plan(rows, instances, request, _assumptions(args))
         loader = _loader_costs(args, folders)
@@ -174,18 +179,21 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
 
 
 def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -> None:
-    """The task, its grid and the source archive; what was written, on stderr (stdout holds the plan)."""
+    """The task, its grid and the source archive; what was written, the measurement's predicted cost and (without
+    SkyPilot here) how to get it, on stderr (stdout holds the plan)."""
+    import importlib.util
     import shlex
     import sys
 
     from bench.cost.launch import write_launch_spec
-    from bench.results.provenance import git_state
 
     files = write_launch_spec(plan, args.launch_spec, model_extras(model_fields(args, image_size)))
-    dirty = git_state()[1]
     print(f"launch spec: {files.task} (SkyPilot task), {files.grid.name} (the grid it runs), {files.source.name} "
-          f"(commit {files.commit[:12]}{', without the uncommitted changes' if dirty else ''}); "
-          f"sky launch -c bench {shlex.quote(str(files.task))}", file=sys.stderr)
+          f"(commit {files.commit[:12]}); sky launch -c bench {shlex.quote(str(files.task))}", file=sys.stderr)
+    print(f"  {files.measurement}", file=sys.stderr)
+    if importlib.util.find_spec("sky") is None:
+        print("  SkyPilot is not installed here (no module sky): pip install 'bench[cloud]' to launch the task "
+              "(docs/cloud.md)", file=sys.stderr)
 
 
 def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
@@ -198,23 +206,31 @@ def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instan
 
 
 def _plan_rows(args: argparse.Namespace, model: str, rows: list, instances: tuple[Instance, ...]):
-    """The rows the plan ranks, predicted ones added by the rule `bench.plan` follows (`bench.api.plan_rows`)."""
+    """The rows the plan ranks, predicted ones added by the rule `bench.plan` follows (`bench.api.plan_rows`).
+    What the predictor did goes to stderr, like every command's progress: stdout holds the plan alone."""
+    import sys
+
     from bench.api import plan_rows
     from bench.cost.outputs import wrapped
     from bench.speed.predict import MEMORY_METHOD
+
+    def say(text: str) -> None:
+        print("\n".join(wrapped(text, "  ")), file=sys.stderr, flush=True)
 
     fields = model_fields(args, args.image_size)
     found = plan_rows(rows, model=model, effective_batch=args.effective_batch, instances=instances,
                       image_size=fields["image_size"], predict=args.predict, precisions=tuple(args.precision),
                       checkpointing=tuple(args.checkpointing), optimizer=args.optimizer, headroom=args.headroom,
                       model_options=model_extras(fields),
-                      on_text=lambda text: print("\n".join(wrapped(text, "  ")), flush=True), check_cell=check_built)
+                      on_text=say, check_cell=check_built)
     if found.predicted is not None:
+        from bench.units import plural
+
         gpus = len({instance.gpu for instance in instances})
         refused = "; ".join(f"{count} {why}" for why, count in found.refused.items())
-        print("\n".join(wrapped(f"predicted {found.predicted} options on {gpus} GPUs in {found.seconds:.1f} s"
-                                + (f" (not predicted: {refused})" if refused else ""), "  ")))
-        print("\n".join(wrapped(MEMORY_METHOD, "  ")))
+        say(f"predicted {plural(found.predicted, 'option')} on {plural(gpus, 'GPU')} in {found.seconds:.1f} s"
+            + (f" (not predicted: {refused})" if refused else ""))
+        say(MEMORY_METHOD)
     return found
 
 
@@ -245,7 +261,13 @@ def _loader_costs(args: argparse.Namespace, folders: list[Path]) -> tuple[list, 
         if not (folder / "runs.csv").is_file():
             raise OptionError(f"--loader-rows {folder}: no runs.csv here; pass a results folder such as "
                               "results/input_pipeline/<device-tag>")
-    return load_loader_costs(sources), ", ".join(str(folder) for folder in sources)
+    costs, where = load_loader_costs(sources), ", ".join(str(folder) for folder in sources)
+    if not costs and not args.loader_rows and args.handler is plan_run:
+        from bench.cost.feeding import study_loader_costs
+
+        costs, study = study_loader_costs()  # every plan states the cores that feed it; say whose host measured them
+        where = study or where
+    return costs, where
 
 
 def _workload(args: argparse.Namespace) -> Workload:

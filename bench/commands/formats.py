@@ -154,10 +154,17 @@ def grid_document(grid) -> dict[str, Any]:
             "cells": [{"cell_id": cell.cell_id, **jsonable(cell)} for cell in grid.cells]}
 
 
-def probe_document(config, answers) -> dict[str, Any]:
+def probe_document(config, answers, agreements: dict | None = None) -> dict[str, Any]:
     """`bench probe`: the configuration and, per budget asked for (`--gpu` repeated), the estimator's answer with
-    its predicted peaks and, after trials, the device's. The first answer is also given at the top level."""
+    its predicted peaks (whole bytes), the estimator's measured agreement with public fit/OOM rows at the budget's
+    headroom (`agreements`: headroom -> `bench.memory.validate.Agreement` or None) and, after trials, the device's.
+    The first answer is also given at the top level."""
+    from dataclasses import asdict
+
     from bench.units import GIB
+
+    def whole(nbytes: float | None) -> int | None:
+        return None if nbytes is None else round(nbytes)
 
     def search(found) -> dict[str, Any] | None:
         return None if found is None else {
@@ -166,12 +173,15 @@ def probe_document(config, answers) -> dict[str, Any]:
 
     def answer(budget, result) -> dict[str, Any]:
         largest = result.predicted.largest
-        return {"budget": {"bytes": budget.nbytes, "gib": budget.nbytes / GIB, "source": budget.source,
+        agreement = (agreements or {}).get(budget.headroom)
+        return {"budget": {"bytes": whole(budget.nbytes), "gib": budget.nbytes / GIB, "source": budget.source,
                            "headroom": budget.headroom,
                            "device": None if budget.device is None else budget.device.name},
                 "predicted": search(result.predicted),
-                "predicted_peak_bytes": result.peak_at(largest),
-                "predicted_peak_above_bytes": result.peak_at(largest + 1),
+                "predicted_peak_bytes": whole(result.peak_at(largest)),
+                "predicted_peak_above_bytes": whole(result.peak_at(largest + 1)),
+                "estimator_agreement": None if agreement is None else
+                {**asdict(agreement), "text": agreement.describe()},
                 "traced_steps": result.traced_steps,
                 "found": search(result.found), "doubling_trials": result.doubling_trials}
 
@@ -214,7 +224,8 @@ def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
     request = plan.request
     return {"request": {"model": request.model, "effective_batch": request.effective_batch,
                         "image_size": request.image_size, "budget_usd": request.budget_usd,
-                        "deadline_hours": request.deadline_hours, "spot": request.spot},
+                        "deadline_hours": request.deadline_hours, "spot": request.spot,
+                        "rank_by": request.rank_by},
             "catalog": catalog, "assumptions": _assumptions(request.workload, plan.assumptions),
             "image_size": plan.image_size, "left_out": plan.left_out,
             "oldest_price_observed": plan.oldest_price_observed,

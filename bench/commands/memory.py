@@ -60,6 +60,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_format_option(probe)
 
 
+def _said(agreement) -> str:
+    return agreement.describe() if agreement else ("estimator vs public fit/OOM rows: not known here (the "
+                                                   "repository's results/estimate_validation/ is not installed)")
+
+
 def add_axis_options(probe: argparse.ArgumentParser) -> None:
     """One option per axis the probe takes (`bench.grid.cell.probe_options`), typed as the grid's."""
     for name, default in probe_options().items():
@@ -142,8 +147,12 @@ def probe_model(args: argparse.Namespace) -> int:
             results.append(probe_from_estimate(config, budget, on_trial=show, peaks=peaks)
                            if budget.device is None else
                            probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))
+    from bench.memory.validate import agreement
+
+    agreements = {headroom: agreement(headroom) for headroom in {budget.headroom for budget in budgets}}
     if args.format == "json":
-        emit("probe", probe_document(config, list(zip(budgets, results))))
+        emit("probe", probe_document(config, list(zip(budgets, results)), agreements))
     else:
-        print("\n\n".join(describe_probe(config, budget, result) for budget, result in zip(budgets, results)))
+        print("\n\n".join(describe_probe(config, budget, result, _said(agreements[budget.headroom]))
+                            for budget, result in zip(budgets, results)))
     return 0 if all((result.found or result.predicted).largest > 0 for result in results) else 1

@@ -66,6 +66,21 @@ def load_loader_costs(folders: list[Path]) -> list[LoaderCost]:
     return loader_costs(pd.concat(frames, ignore_index=True)) if frames else []
 
 
+STUDY_GLOB = "results/input_pipeline*/*"
+"""The repository's committed input-pipeline studies (`make bench-input`): the loader rows a plan falls back on
+when none are given, labelled as measured on another host."""
+
+
+def study_loader_costs(root: Path = Path(__file__).resolve().parents[2]) -> tuple[list[LoaderCost], str]:
+    """The loader costs of the repository's own input-pipeline studies, and where they are (relative to the
+    repository); ([], "") when the package runs without its repository's results."""
+    folders = sorted(folder for folder in root.glob(STUDY_GLOB) if (folder / "runs.csv").is_file())
+    costs = load_loader_costs(folders)
+    where = ", ".join(str(folder.relative_to(root)) for folder in folders)
+    return costs, (f"the repository's input-pipeline study ({where}; another host: measure yours with "
+                   "make bench-input and pass --loader-rows)" if costs else "")
+
+
 def loader_costs(rows: pd.DataFrame) -> list[LoaderCost]:
     """One `LoaderCost` per (host CPU, image size) among `rows`' ok loader rows."""
     if "input" not in rows or rows.empty:

@@ -24,7 +24,7 @@ from bench.cost.feeding import (
     loader_cost_for,
     no_loader_rows,
 )
-from bench.cost.plan import Plan
+from bench.cost.plan import Option, Plan
 from bench.cost.price import Assumptions, CostLine, CostTable, MeasuredRow, Workload
 from bench.errors import ResultsFileError
 from bench.results.markdown import markdown_table
@@ -36,12 +36,15 @@ COLUMNS: dict[str, str] = {
     "experiment": "", "cell_id": "the measured row", "model": "", "image_size": "pixels, as measured",
     "strategy": "micro_batch x accum_steps, precision, checkpointing, optimizer; then axis=value for any other axis "
                 "the priced rows differ in (channels_last=True ...)",
-    "micro_batch": "", "accum_steps": "", "effective_batch": "per GPU, as measured",
+    "micro_batch": "per GPU", "accum_steps_per_gpu": "micro-steps each GPU runs per optimizer step on this line",
+    "effective_batch_per_gpu": "micro_batch x accum_steps_per_gpu",
+    "measured_accum_steps": "the row's accumulation, as measured (differs from accum_steps_per_gpu where a plan "
+                            "re-splits the effective batch over the instance's GPUs)",
     "precision": "", "checkpointing": "", "optimizer": "",
     "profile": "cuda or cpu (a CPU-profile row was measured at reduced size on a CPU)",
     "measured_device": "device_name of the row",
     "provider": "", "instance": "", "region": "", "gpu": "", "gpu_count": "",
-    "global_batch": "effective_batch x gpu_count: every GPU runs the measured configuration",
+    "global_batch": "effective_batch_per_gpu x gpu_count: samples per optimizer step across the instance",
     "status": "priced | does_not_fit | no_peak (no datasheet peak for the precision) | no_mfu",
     "basis": "measured | projected_by_model (measured x the model's ratio between the GPUs) | projected_from_gpu "
              "(measured MFU carried over) | projected_from_cpu_profile | predicted (the throughput model)",
@@ -123,8 +126,9 @@ def record(line: CostLine, samples_per_run: float, loader_costs: list[LoaderCost
     fed = line_feeding(line, loader_costs or [])
     return {
         "experiment": row.experiment, "cell_id": row.cell_id, "model": row.model, "image_size": row.image_size,
-        "strategy": strategy, "micro_batch": row.micro_batch, "accum_steps": row.accum_steps,
-        "effective_batch": row.effective_batch, "precision": row.precision, "checkpointing": row.checkpointing,
+        "strategy": strategy, "micro_batch": row.micro_batch, "accum_steps_per_gpu": line.accum_steps,
+        "effective_batch_per_gpu": row.micro_batch * line.accum_steps, "measured_accum_steps": row.accum_steps,
+        "precision": row.precision, "checkpointing": row.checkpointing,
         "optimizer": row.optimizer, "profile": row.profile, "measured_device": row.device_name,
         "provider": instance.provider, "instance": instance.instance, "region": instance.region,
         "gpu": instance.gpu, "gpu_count": instance.gpu_count, "global_batch": line.global_batch,
@@ -193,15 +197,17 @@ def feeding_lines(sizes: list[int], costs: list[LoaderCost], where: str) -> list
     lines = [f"feeding: {FORMULA}"]
     for size in sizes:
         cost, note = loader_cost_for(costs, size)
-        lines.append(f"feeding at {size} px: {cost.describe()}{note}")
+        lines.append(f"feeding at {size} px: {cost.describe()}{note}" + (f"; from {where}" if where else ""))
     return lines
 
 
 def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], catalog_name: str,
-             oldest_price: str | None, cpu_projected: bool, used: list[Instance] | tuple = ()) -> list[str]:
+             oldest_price: str | None, cpu_projected: bool, used: list[Instance] | tuple = (),
+             size_source: str = "the measured image size") -> list[str]:
+    """What every figure assumes; `size_source` says where the image size comes from."""
     lines = [
         f"workload: {workload.describe()} = {workload.samples_per_run:,.0f} samples per run, "
-        f"at the measured image size ({', '.join(f'{s} px' for s in sizes) or 'no rows'})",
+        f"at {size_source} ({', '.join(f'{s} px' for s in sizes) or 'no rows'})",
         f"assumptions: multi-GPU instances run data parallel at the scaling efficiency measured for the "
         f"configuration (a DDP row, world_size > 1) where there is one, else as predicted from the instance's "
         f"interconnect where the row has its gradient bytes, else {assumptions.scaling_efficiency:g}; "
@@ -292,37 +298,42 @@ def summary(table: CostTable, catalog_name: str, loader_costs: list[LoaderCost] 
 
 
 WIDTH = 120
-"""`bench plan`'s lines are at most this wide by default (`--wide` prints every column on one line each)."""
+"""`bench plan`'s lines are at most this wide when stdout is not a terminal (`--wide`: every column, unwrapped)."""
+
+NOT_INCLUDED = ("not included: reading and decoding the data (the speed is the training step's on inputs already on "
+                "the GPU; the feeding line says the host cores the input pipeline needs), evaluation, checkpoint "
+                "saving, and start-up (provisioning, installing, building and warming up the model)")
+"""What a plan's hours and dollars leave out, said once on every plan."""
+
+
+def text_width() -> int:
+    """Columns a plan's lines may take: the terminal's (rich's console width) when stdout is one, else `WIDTH`."""
+    from bench.report.console import console
+
+    return console.width if console.is_terminal else WIDTH
 
 
 def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[LoaderCost] | None = None,
               loader_source: str = "", wide: bool = False) -> str:
     """Console text: the ranked options (hours and dollars as ranges where predicted), why the winner wins, then
-    what the plan assumes and left out, the basis of each option's speed, and the cores that feed the winner.
-    Lines are wrapped at `WIDTH` unless `wide`, which adds the feeding and basis columns to the table."""
+    what the plan assumes, leaves out and left out, the basis of each option's speed, and the cores that feed the
+    winner. Lines are wrapped at `text_width()` unless `wide`, which adds the feeding and basis columns to the
+    table."""
     request = plan.request
     sizes = [] if plan.image_size is None else [plan.image_size]
     cpu_projected = any(option.line.basis == "projected_from_cpu_profile" for option in plan.options)
     basis = "spot" if request.spot else "on-demand"
     limits = [f"budget ${request.budget_usd:g}" if request.budget_usd else "",
               f"deadline {request.deadline_hours:g} h" if request.deadline_hours else ""]
-    out = [f"plan: {request.model} at effective batch {request.effective_batch}, ranked by {basis} USD per run"
+    ranked_by = "hours per run" if request.rank_by == "hours" else f"{basis} USD per run"
+    out = [f"plan: {request.model} at effective batch {request.effective_batch}, ranked by {ranked_by}"
            + "".join(f", {limit}" for limit in limits if limit)]
     feeds = {id(option): line_feeding(option.line, loader_costs or []) for option in plan.options}
     shown = plan.options[:top]
-    bases = list(dict.fromkeys(option.basis_text for option in shown))
-    instance_width = max([len("instance")] + [len(option.line.instance.label) for option in shown]) if not wide else 44
-    if plan.options:
-        out.append(f"  {'rank':>4}  {'usd_per_run':>11}  {'hours_per_run':>13}  {'instance':<{instance_width}} "
-                   + (f"{'configuration':<36} {'feeding':<50} basis" if wide else "configuration"))
-    for rank, option in enumerate(shown, start=1):
-        line = (f"  {rank:>4}  {option.usd_per_run:>11,.2f}  {option.hours_per_run:>13,.2f}  "
-                f"{option.line.instance.label:<{instance_width}} {option.configuration}")
-        fed = feeds[id(option)]
-        out.append(f"{line:<{len(line) + 36 - len(option.configuration)}} "
-                   f"{fed[0].describe() if fed else 'no loader rows':<50} {option.evidence}" if wide else line)
+    out += _rank_table(shown, feeds, wide)
     if len(plan.options) > top:
         out.append(f"  ... {len(plan.options) - top} more (--top)")
+    bases = list(dict.fromkeys(option.basis_text for option in shown))
     notes = [f"why: {plan.reason}"]
     if not wide:  # each option's basis (hours and dollars as ranges where predicted), a shared basis said once
         notes += [f"basis [{index}]: {text}" for index, text in enumerate(bases, start=1)]
@@ -330,13 +341,16 @@ def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[Loader
                   + (f" {option.evidence.removeprefix(option.basis_text).lstrip('; ')}"
                      if option.evidence != option.basis_text else "")
                   for rank, option in enumerate(shown, start=1)]
+    measured = any(option.line.basis != "predicted" for option in plan.options) or not plan.options
     context = _context(request.workload, plan.assumptions, sizes, catalog_name, plan.oldest_price_observed,
-                       cpu_projected, [option.line.instance for option in plan.options])
+                       cpu_projected, [option.line.instance for option in plan.options],
+                       "the measured image size" if measured else "the predicted image size")
+    context.append(NOT_INCLUDED)
     context += feeding_lines(sizes, loader_costs or [], loader_source)
     if plan.left_out:
         context.append("left out: " + "; ".join(f"{count} {why}" for why, count in plan.left_out.items()))
     notes += [f"  {line}" for line in context]
-    if plan.options:
+    if plan.options and loader_costs:  # without loader rows the feeding line above already says so, once
         notes.append(f"feeding: {_winner_feeding(plan.options[0], feeds[id(plan.options[0])])}")
     for note in notes:
         indent = note[:len(note) - len(note.lstrip())]
@@ -344,9 +358,30 @@ def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[Loader
     return "\n".join(out)
 
 
+def _rank_table(shown: tuple[Option, ...], feeds: dict, wide: bool) -> list[str]:
+    """The ranked options, one line each, every column as wide as its longest entry (a long instance label moves
+    the next column for every line alike); `wide` adds the feeding and the basis."""
+    if not shown:
+        return []
+    feeding = {id(o): feeds[id(o)][0].describe() if feeds[id(o)] else "no loader rows" for o in shown}
+    instance_width = max(len("instance"), *(len(option.line.instance.label) for option in shown))
+    configuration_width = max(len("configuration"), *(len(option.configuration) for option in shown))
+    feeding_width = max(len("feeding"), *(len(text) for text in feeding.values()))
+    head = f"  {'rank':>4}  {'usd_per_run':>11}  {'hours_per_run':>13}  {'instance':<{instance_width}}  "
+    lines = [head + (f"{'configuration':<{configuration_width}}  {'feeding':<{feeding_width}}  basis" if wide
+                     else "configuration")]
+    for rank, option in enumerate(shown, start=1):
+        line = (f"  {rank:>4}  {option.usd_per_run:>11,.2f}  {option.hours_per_run:>13,.2f}  "
+                f"{option.line.instance.label:<{instance_width}}  ")
+        lines.append(line + (f"{option.configuration:<{configuration_width}}  "
+                             f"{feeding[id(option)]:<{feeding_width}}  {option.evidence}" if wide
+                             else option.configuration))
+    return lines
+
+
 def wrapped(text: str, indent: str = "") -> list[str]:
-    """`text` in lines of at most `WIDTH` characters, continuation lines indented four more spaces."""
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "    ",
+    """`text` in lines of at most `text_width()` characters, continuation lines indented four more spaces."""
+    return textwrap.wrap(text, text_width(), initial_indent=indent, subsequent_indent=indent + "    ",
                          break_long_words=False, break_on_hyphens=False)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from bench.cost.catalog import Instance
 from bench.cost.price import (
@@ -62,6 +63,8 @@ class PlanRequest:
     """Leave out options taking longer per run."""
     spot: bool = False
     """Rank by spot prices (options without one are left out)."""
+    rank_by: Literal["cost", "hours"] = "cost"
+    """Rank by dollars per run (ties by hours), or by hours per run (ties by dollars)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,9 @@ class Plan(Tabular):
         return [{"rank": rank, "usd_per_run": option.usd_per_run, "hours_per_run": option.hours_per_run,
                  **option.ranges, "usd_per_hour": option.usd_per_hour, "usd_basis": option.usd_basis,
                  "instance": option.line.instance.label, "configuration": option.configuration,
-                 "accum_steps_per_gpu": option.accum_steps_per_gpu, "evidence": option.evidence}
+                 "micro_batch": option.line.row.micro_batch, "accum_steps_per_gpu": option.accum_steps_per_gpu,
+                 "gpu_count": option.line.instance.gpu_count, "global_batch": option.line.global_batch,
+                 "evidence": option.evidence}
                 for rank, option in enumerate(self.options, start=1)]
 
 
@@ -218,8 +223,11 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
                 key = (instance, option.accum_steps_per_gpu, row.key(ignore=("accum_steps",)))
                 if key not in best or _better_evidence(option, best[key]):
                     best[key] = option
-    options = tuple(sorted(_named(best.values()), key=lambda o: (o.usd_per_run, o.hours_per_run)))
-    return Plan(request, assumptions, sizes[0] if sizes else None, options, dict(left_out), explain(options))
+    order = ((lambda o: (o.hours_per_run, o.usd_per_run)) if request.rank_by == "hours"
+             else (lambda o: (o.usd_per_run, o.hours_per_run)))
+    options = tuple(sorted(_named(best.values()), key=order))
+    return Plan(request, assumptions, sizes[0] if sizes else None, options, dict(left_out),
+                explain(options, request.rank_by))
 
 
 def _named(options: Iterable[Option]) -> list[Option]:
@@ -262,8 +270,9 @@ def _better_evidence(new: Option, old: Option) -> bool:
     return rank(new) < rank(old)
 
 
-def explain(options: tuple[Option, ...]) -> str:
-    """One line: why the first option beats the second (faster, cheaper per hour, or both).
+def explain(options: tuple[Option, ...], rank_by: Literal["cost", "hours"] = "cost") -> str:
+    """One line: why the first option beats the second (faster, cheaper per hour, or both; ranked by hours: how
+    much faster, and at what price).
 
     >>> explain(())
     'nothing fits the request'
@@ -284,6 +293,10 @@ def explain(options: tuple[Option, ...]) -> str:
     if runner.line.instance == winner.line.instance:
         return f"{head} {versus}{runner.configuration} on the same instance: {faster}{overlap}"
     versus += f"{runner.line.instance.label}, {runner.configuration}: "
+    if rank_by == "hours":
+        dearer = runner.usd_per_run / winner.usd_per_run  # > 1: the winner is also cheaper per run
+        cost = "and cheaper per run" if dearer >= 1 else f"at {1 / dearer:.2f}x the dollars per run"
+        return f"{head} {versus}{faster} {cost}{overlap}"
     if speed >= 1 and price >= 1:
         why = f"{faster} and {price:.2f}x cheaper per hour"
     elif speed >= 1:

@@ -505,11 +505,28 @@ class CostLine:
     """(low, high) per-GPU samples/s (`GpuSpeed.interval`)."""
     interval_basis: str = ""
     """What `speed_interval` is, in words."""
+    accum_steps_per_gpu: int | None = None
+    """Micro-steps each GPU runs per optimizer step on this line (None: the row's own accumulation)."""
+
+    @property
+    def accum_steps(self) -> int:
+        """Micro-steps each GPU runs per optimizer step on this line: `accum_steps_per_gpu`, else the row's."""
+        return self.accum_steps_per_gpu or self.row.accum_steps
 
     @property
     def global_batch(self) -> int:
-        """Samples per optimizer step across the instance: every GPU runs the measured configuration."""
-        return self.row.effective_batch * self.instance.gpu_count
+        """Samples per optimizer step across the instance: micro-batch x this line's accumulation x GPUs.
+
+        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        ...     micro_batch=256, accum_steps=16, precision="bf16", checkpointing="off", optimizer="adamw",
+        ...     device_type="cuda", device_name="NVIDIA H100 80GB HBM3", samples_per_s=1.0, mfu_pct=None,
+        ...     model_flops_per_sample=None, peak_memory_bytes=1)
+        >>> from bench.cost.catalog import load_catalog
+        >>> (p5,) = [i for i in load_catalog().select() if i.instance == "p5.48xlarge"]
+        >>> price_line(row, p5, Workload(), Assumptions(), accum_steps_per_gpu=2).global_batch
+        4096
+        """
+        return self.row.micro_batch * self.accum_steps * self.instance.gpu_count
 
     def over_speed_range(self, amount: float) -> tuple[float, float] | None:
         """`amount` (hours or dollars per run: inversely proportional to the speed) at the fast and the slow end of
@@ -534,14 +551,16 @@ def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumpt
     scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency, instance,
                            accum_steps_per_gpu)
                if instance.gpu_count > 1 else None)
-    common = dict(row=row, instance=instance, memory=fit, memory_basis=memory_basis, scaling=scaling)
+    common = dict(row=row, instance=instance, memory=fit, memory_basis=memory_basis, scaling=scaling,
+                  accum_steps_per_gpu=accum_steps_per_gpu)
     if isinstance(speed, tuple):
         status, why = speed
         return CostLine(**common, status=status, note=why, basis=None, samples_per_s_per_gpu=None, cost=None)
     note = speed.assumption
     if scaling is not None:
         note += (f"; x{instance.gpu_count} GPUs at {scaling.efficiency:.3g} scaling efficiency, {scaling.basis} "
-                 f"(data parallel, global batch {row.effective_batch * instance.gpu_count})")
+                 f"(data parallel, global batch "
+                 f"{row.micro_batch * (accum_steps_per_gpu or row.accum_steps) * instance.gpu_count})")
     if not fit.fits:
         return CostLine(**common, status="does_not_fit", basis=speed.basis, samples_per_s_per_gpu=speed.samples_per_s,
                         note=f"does not fit: needs {gib(fit.required_bytes, 1)} ({memory_basis} "

@@ -10,6 +10,7 @@ probe reports beside its own count.
 from __future__ import annotations
 
 import os
+import textwrap
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -400,8 +401,9 @@ def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float
                                                                 smallest=smallest))
 
 
-def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> str:
-    """What the probe found, in a few lines of at most ~110 characters."""
+def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult, agreement: str = "") -> str:
+    """What the probe found, in a few lines of at most ~110 characters; `agreement`: the estimator's measured
+    agreement with public fit/OOM rows (`bench.memory.validate.agreement`), said under the answer."""
     room = f", {percent(budget.headroom)} headroom kept free" if budget.headroom else ""
     lines = [f"{config.describe()}; budget {gib(budget.nbytes)}: {budget.source}{room}"]
     if config.smallest_micro_batch > 1:
@@ -410,10 +412,15 @@ def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> 
     largest = result.predicted.largest
     answer = f"predicted largest micro-batch: {largest}"
     at, above = result.peak_at(largest), result.peak_at(largest + 1)
+    # Enough digits that the size that fits and the one that does not never print the same figure as the budget.
+    decimals = distinct_decimals([budget.nbytes] + [peak * (1 + budget.headroom) for peak in (at, above)
+                                                   if peak is not None])
     if at is not None:
-        answer += f" (peak {_gib(at, budget.headroom)})"
+        answer += f" (peak {_gib(at, budget.headroom, decimals)})"
     if above is not None:
-        answer += f"; {largest + 1} needs {_gib(above, budget.headroom)}"
+        answer += f"; {largest + 1} needs {_gib(above, budget.headroom, decimals)}"
+    if at is not None or above is not None:
+        answer += f"; budget {_gib(budget.nbytes, 0.0, decimals)}"
     lines.append(answer)
     steps = len(result.predicted.trials)
     reused = f"; {steps - result.traced_steps} reused" if steps > result.traced_steps else ""
@@ -424,11 +431,28 @@ def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult) -> 
                      f"({len(result.found.trials)} trials on {budget.device.name}; doubling from 1 "
                      f"would take {result.doubling_trials})")
         lines.append("trials: " + ", ".join(f"{n} {'ok' if ok else 'oom'}" for n, ok in result.found.trials))
+    if agreement:
+        lines += textwrap.wrap(agreement, 110, initial_indent="  ", subsequent_indent="      ")
     return "\n".join(lines)
 
 
-def _gib(peak_bytes: float, headroom: float) -> str:
-    """`36.36 GiB` or, with headroom, `36.36 GiB + 10% = 40.00 GiB`."""
+def distinct_decimals(nbytes: list[float], fewest: int = 2, most: int = 9) -> int:
+    """The fewest decimals (from `fewest`) at which byte counts that differ print different GiB figures.
+
+    >>> distinct_decimals([24 * 2**30, 24 * 2**30 - 2**20, 24 * 2**30 + 2**21])  # 24.000, 23.999, 24.002
+    3
+    >>> distinct_decimals([2**30, 2**31])
+    2
+    """
+    values = sorted(set(nbytes))
+    for decimals in range(fewest, most + 1):
+        if len({gib(value, decimals) for value in values}) == len(values):
+            return decimals
+    return most
+
+
+def _gib(peak_bytes: float, headroom: float, decimals: int = 2) -> str:
+    """`36.36 GiB` or, with headroom, `36.36 GiB + 10% = 40.00 GiB` (the total at `decimals`)."""
     if not headroom:
-        return gib(peak_bytes)
-    return f"{gib(peak_bytes)} + {percent(headroom)} = {gib(peak_bytes * (1 + headroom))}"
+        return gib(peak_bytes, decimals)
+    return f"{gib(peak_bytes)} + {percent(headroom)} = {gib(peak_bytes * (1 + headroom), decimals)}"

@@ -198,6 +198,47 @@ def judged(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> pd.DataFrame:
     return wide.assign(family=wide.model.map(family), has_oom=has_oom, both_right=fit_right & oom_right)
 
 
+VALIDATION_ROWS = Path(__file__).resolve().parents[2] / "results" / "estimate_validation" / "rtx3090_amp.csv"
+"""The committed sides `make estimate-validate` estimated: what every probe answer quotes (`agreement`)."""
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How often the estimator's fit / does-not-fit answer matched timm's RTX 3090 rows, at one headroom."""
+
+    rows: int
+    """Reference rows judged (both sides estimated where the row has two)."""
+    both_right_pct: float
+    fit_right_pct: float
+    oom_sides: int
+    oom_right_pct: float
+    headroom: float
+    source: str
+    """The rows file, relative to the repository."""
+
+    def describe(self) -> str:
+        """`estimator vs public fit/OOM rows: both sides right on 95.3 % of 258 timm RTX 3090 rows ...`."""
+        return (f"estimator vs public fit/OOM rows: both sides right on {self.both_right_pct:.1f} % of {self.rows} "
+                f"timm RTX 3090 AMP rows (fits right {self.fit_right_pct:.1f} %, OOMs right {self.oom_right_pct:.1f} "
+                f"% of {self.oom_sides}) at {self.headroom:.0%} headroom; {self.source}, docs/estimator.md")
+
+
+def agreement(headroom: float = DEFAULT_HEADROOM, rows_file: Path = VALIDATION_ROWS) -> Agreement | None:
+    """The estimator's measured agreement with the public fit/OOM rows, judged at `headroom` from the committed
+    sides (None when the package runs without its repository's results)."""
+    if not rows_file.is_file():
+        return None
+    rows = judged(rows_file, headroom)
+    oom = rows.oom_right[rows.has_oom].astype(bool)
+    try:
+        source = str(rows_file.relative_to(VALIDATION_ROWS.parents[2]))
+    except ValueError:
+        source = str(rows_file)
+    return Agreement(rows=len(rows), both_right_pct=100 * rows.both_right.mean(),
+                     fit_right_pct=100 * rows.fit_right.astype(bool).mean(), oom_sides=len(oom),
+                     oom_right_pct=100 * oom.mean(), headroom=headroom, source=source)
+
+
 def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str:
     """The agreement as docs/estimator.md shows it: overall, per family, the ratios' spread, other headrooms."""
     rows = judged(rows_file, headroom)

@@ -37,7 +37,7 @@ from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import Estimate, FakeModels, whole_segments
 from bench.memory.estimate_grid import estimate_device, estimate_row
-from bench.memory.fit import memory_fit
+from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 from bench.memory.probe import estimated_peak_bytes
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
@@ -242,9 +242,22 @@ class PlanCandidates:
     checkpointing: tuple[str, ...] = ("off",)
     optimizer: str = "adamw"
     channels_last: bool = True
-    headroom: float = 0.10
+    headroom: float = DEFAULT_HEADROOM
     model_options: dict[str, Any] = field(default_factory=dict)
     """The cells' model fields beyond model and image_size (model_kwargs, in_chans, image_width, num_classes)."""
+    gpu_counts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """GPU key -> the GPU counts of the instances that carry it (default: 1): the effective batch is split over
+    each count, so an 8-GPU instance gets a micro-batch that, times 8, divides the effective batch."""
+
+    def per_gpu_batches(self, gpu: str) -> list[int]:
+        """The samples each GPU runs per optimizer step, one per GPU count that divides the effective batch.
+
+        >>> PlanCandidates(model="m", image_size=224, effective_batch=512, gpus=("H100-80GB",),
+        ...                gpu_counts={"H100-80GB": (1, 8, 3)}).per_gpu_batches("H100-80GB")
+        [512, 64]
+        """
+        counts = self.gpu_counts.get(gpu, (1,))
+        return list(dict.fromkeys(self.effective_batch // n for n in counts if self.effective_batch % n == 0))
 
     def cell(self, micro_batch: int, precision: str, checkpointing: str) -> Cell:
         """A traced cell: K = 2, one warm-up and one measured step."""
@@ -316,7 +329,8 @@ class Progress:
 
 def plan_predictions(request: PlanCandidates, on_trace: Callable[[str], None] | None = None,
                      progress: Progress | None = None) -> list[PlanPrediction]:
-    """One prediction per (GPU, precision, checkpointing) that fits, at the largest fitting micro-batch."""
+    """One prediction per (GPU, precision, checkpointing) that fits, at the largest fitting micro-batch; another
+    where an instance's GPU count needs a smaller one to divide the effective batch (`per_gpu_batches`)."""
     model_file = load_model_file()
     progress = progress or Progress()
     models = FakeModels()
@@ -335,10 +349,8 @@ def plan_predictions(request: PlanCandidates, on_trace: Callable[[str], None] | 
                             gpu_spec(gpu).peak_tflops["bf16_tflops"] is not None:
                         _count(progress, "fp16 where bf16 runs (predicted alike)")
                         continue
-                    prediction = _plan_prediction(request, traced, precision, checkpointing, gpu, model_file,
-                                                  progress)
-                    if prediction is not None:
-                        predictions.append(prediction)
+                    predictions += _plan_predictions(request, traced, precision, checkpointing, gpu, model_file,
+                                                     progress)
             progress.seconds += time.monotonic() - began
             if on_trace:
                 sizes = ", ".join(str(m) for m in sorted({*TRACED_MICRO_BATCHES, *traced.checked}))
@@ -411,18 +423,28 @@ def model_speeds(cell: Cell, models: FakeModels | None = None) -> tuple[tuple[st
     return tuple(speeds)
 
 
-def _plan_prediction(request: PlanCandidates, traced: Traced, precision: str, checkpointing: str, gpu: str,
-                     model_file: ModelFile, progress: Progress) -> PlanPrediction | None:
+def _plan_predictions(request: PlanCandidates, traced: Traced, precision: str, checkpointing: str, gpu: str,
+                      model_file: ModelFile, progress: Progress) -> list[PlanPrediction]:
+    """The options of one GPU: the largest fitting micro-batch for each per-GPU share of the effective batch."""
     spec = gpu_spec(gpu)
     try:
         gpu_rates(spec, precision)  # before any trace of a larger micro-batch
     except NoDatasheetPeak:
         _count(progress, f"{precision} on GPUs without a datasheet peak for it")
-        return None
-    micro_batch = traced.largest_fitting(spec.memory_gib, request.headroom, request.effective_batch)
-    if micro_batch == 0:
-        _count(progress, f"{precision} ckpt-{checkpointing}: not even micro-batch 1 fits")
-        return None
+        return []
+    found = []
+    for per_gpu in request.per_gpu_batches(gpu):
+        micro_batch = traced.largest_fitting(spec.memory_gib, request.headroom, per_gpu)
+        if micro_batch == 0:
+            _count(progress, f"{precision} ckpt-{checkpointing}: not even micro-batch 1 fits")
+            return found
+        if micro_batch not in [prediction.cell.micro_batch for prediction in found]:
+            found.append(_plan_prediction(request, traced, precision, checkpointing, spec, model_file, micro_batch))
+    return found
+
+
+def _plan_prediction(request: PlanCandidates, traced: Traced, precision: str, checkpointing: str, spec: GpuSpec,
+                     model_file: ModelFile, micro_batch: int) -> PlanPrediction:
     cell = replace(request.cell(micro_batch, precision, checkpointing),
                    accum_steps=request.effective_batch // micro_batch)
     ops = traced.ops(micro_batch)
