@@ -26,8 +26,8 @@ naming the file, the key and what is allowed.
 Values are strict: a whole number is a TOML integer (not `"32"`, `32.0` or `true`), a boolean is
 `true`/`false`, a number is finite; every number has an upper bound (`MAX_PAIR_VALUE`, the axes'
 `maximum`, `RunSettings`). A value listed twice in one axis is an error (it would be the same cells
-twice). The cell count is the product of the axes' lengths, checked against `MAX_CELLS` before
-anything is expanded.
+twice). The cell count is the product of the axes' lengths, checked against `MAX_CELLS` on the file's lists
+before any value is validated, and again before anything is expanded.
 """
 
 from __future__ import annotations
