@@ -121,10 +121,10 @@ def read_only(monkeypatch):
     return refuse
 
 
-def _claims_root(work: Path) -> Path:
-    """A results root holding the committed claims rows (the autotune rows included)."""
+def _claims_root(work: Path, pattern: str = "claims_*") -> Path:
+    """A results root holding the committed claims rows (the autotune rows included), or those matching `pattern`."""
     root = work / "claims-results"
-    for folder in (REPO / "results").glob("claims_*"):
+    for folder in (REPO / "results").glob(pattern):
         shutil.copytree(folder, root / folder.name)
     return root
 
@@ -190,12 +190,12 @@ def test_a_launch_spec_named_as_an_existing_folder_is_one_line(work, capsys):
 
 # --- item 14: `claims --format json` is a read --------------------------------------------------------------------
 
+@pytest.mark.slow  # in-process, but evaluating every claim takes some 30 s
 def test_claims_in_json_computes_and_writes_no_autotune_rows(work, monkeypatch, capsys):
     """Was: the missing autotune rows estimated (minutes) and written to claims_autotune/estimate/runs.csv."""
     import bench.claims.autotune
 
-    root = _claims_root(work)
-    shutil.rmtree(root / "claims_autotune")
+    root = _claims_root(work, "claims_allocator")  # one folder of claims rows, no autotune rows: evaluated quickly
 
     def estimated(*args, **kwargs):
         raise AssertionError("a JSON answer estimated the autotune rows")
