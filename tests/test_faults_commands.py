@@ -154,6 +154,13 @@ def test_a_read_only_destination_is_one_line_before_anything_is_written(command,
     refused(argv, work, capsys, names="cannot take")
 
 
+@pytest.mark.parametrize("command", ["estimate", "predict"])
+def test_estimate_and_predict_into_a_read_only_root_refuse_as_the_others_do(command, work, read_only, capsys):
+    """Were one line already, but a different one ("the row could not be written ... printed below")."""
+    read_only(work / "results")
+    refused([command, str(SMOKE), "--results", str(work / "results")], work, capsys, names="cannot take")
+
+
 def test_claims_into_a_read_only_root_is_one_line_before_anything_is_estimated(work, read_only, capsys):
     root = _claims_root(work)
     (root / "claims").mkdir(exist_ok=True)

@@ -71,8 +71,8 @@ def preflight(folder: Path, what: str = "rows", unwritten: str = "nothing was me
     no permission, a file where a folder should be, a full disk) fails here with one `ResultsFileError` line,
     before the command computes or writes anything (`unwritten` says what was spared).
 
-    Every command that writes calls it on its output folder first: `run` and `measure` (rows), `report`, `cost`,
-    `claims`, `catalog import --out`, `plan --launch-spec`."""
+    Every command that writes calls it on its output folder first: `run` and `measure` (rows), `estimate`,
+    `predict`, `report`, `cost`, `claims`, `catalog import --out`, `plan --launch-spec`."""
     probe = Path(folder) / f".preflight-{os.getpid()}"
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
