@@ -30,9 +30,9 @@ __all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price"
 
 def load_grid(path: str | Path, profile: Literal["cuda", "cpu"] = "cuda") -> Grid:
     """A grid file (`experiments/*.toml`) validated and expanded into cells, under `profile`
-    (`cuda`: the grid as written; `cpu`: its CPU profile's overrides). Bad input raises
-    `bench.errors.GridFileError` with a one-line message."""
-    from bench.grid.spec import load_grid as load
+    (`cuda`: the grid as written; `cpu`: its CPU profile's overrides), its cells checked against their models'
+    bounds as every command checks them. Bad input raises `bench.errors.GridFileError` with a one-line message."""
+    from bench.train.model_bounds import load_checked_grid as load
 
     return load(path, profile)
 
@@ -76,22 +76,20 @@ def run_grid(path: str | Path, *, device: Literal["auto", "cuda", "cpu"] = "auto
     from bench.measure.device import detect_device
     from bench.run.grid_runner import RunOptions
     from bench.run.grid_runner import run_grid as run
-    from bench.train.model_bounds import check_grid
 
     info = detect_device(device)
-    (grid,) = load_for_device([Path(path)], info)
-    check_grid(grid)  # the model's bounds (blocks, patch) before any cell, as `bench run`
+    (grid,) = load_for_device([Path(path)], info)  # the models' bounds (blocks, patch) checked too, as `bench run`
     return run(grid, info, RunOptions(results_root=Path(results_root), force=force))  # it takes the results lock
 
 
 def load_for_device(files: Iterable[str | Path], device: DeviceInfo, max_cells: int | None = None) -> list[Grid]:
-    """Every grid file loaded under the device's profile (`cpu` on a CPU) and checked against the precisions it
-    runs, as `bench run` loads them: a bad file or precision raises a one-line `BadInput` before anything runs."""
+    """Every grid file loaded under the device's profile (`cpu` on a CPU) and checked against its models' bounds and
+    the precisions it runs, as `bench run` loads them: a bad file or precision raises a one-line `BadInput` before anything runs."""
     from bench.grid.spec import MAX_CELLS, require_precisions
-    from bench.grid.spec import load_grid as load
+    from bench.train.model_bounds import load_checked_grid as load
 
     profile = "cuda" if device.type == "cuda" else "cpu"
-    grids = [load(path, profile, max_cells=MAX_CELLS if max_cells is None else max_cells) for path in files]
+    grids = [load(path, profile, MAX_CELLS if max_cells is None else max_cells) for path in files]
     for grid in grids:
         require_precisions(grid, device.precisions, device.name)
     return grids

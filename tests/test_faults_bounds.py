@@ -148,13 +148,19 @@ def test_the_values_inside_the_bounds_are_accepted(model, lines, write_grid):
     check_grid(load_grid(write_grid(grid_text(model, lines)), "cpu"))
 
 
-def test_list_and_help_do_not_build_models(write_grid, capsys, monkeypatch):
-    """The bounds are the running commands' check: `list` answers without torch (tests/test_startup.py)."""
+def test_list_builds_a_model_once_and_help_never(write_grid, capsys, monkeypatch):
+    """`list` checks the bounds as `run` does (tests/test_faults_commands.py), from the cache once a model was read,
+    so a second listing answers without torch (tests/test_startup.py); `--help` builds nothing."""
     import bench.train.model_bounds as bounds
 
-    monkeypatch.setattr(bounds, "_built_bounds", lambda spec: pytest.fail("list built a model"))
-    assert main(["list", str(write_grid(grid_text(grid="image_size = [30]"))), "--profile", "cpu"]) == 0
-    assert "test_vit-30px" in capsys.readouterr().out
+    path = write_grid(grid_text(grid="image_size = [32]"))
+    assert main(["list", str(path), "--profile", "cpu"]) == 0
+    monkeypatch.setattr(bounds, "_built_bounds", lambda spec: pytest.fail("built a model the cache knows"))
+    bounds._cached_bounds.cache_clear()
+    assert main(["list", str(path), "--profile", "cpu"]) == 0
+    assert "test_vit-32px" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["list", "--help"])
 
 
 @pytest.mark.slow

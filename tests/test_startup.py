@@ -55,8 +55,10 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.slow
 def test_help_listings_and_bad_input_load_no_torch(tmp_path):
     env = {**os.environ, "BENCH_CACHE_DIR": str(tmp_path)}
-    # timm's model names are cached per timm version: the first listing reads them from timm, later ones do not
-    warm = subprocess.run([sys.executable, "-m", "bench", "list", "experiments/smoke.toml", "--profile", "cpu"],
+    # timm's model names are cached per timm version, and each model's bounds once read: the first listing of a grid
+    # reads them from timm, later ones do not
+    warm = subprocess.run([sys.executable, "-m", "bench", "list", "experiments/smoke.toml", "experiments/resnet50.toml",
+                           "--profile", "cuda"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert warm.returncode == 0, warm.stderr
     done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CALLS), json.dumps(HEAVY)], cwd=REPO, env=env,

@@ -29,6 +29,8 @@ from bench.units import percent
 
 SOURCE_CHARS = 60
 """Characters of each source printed unless --full."""
+EARLIEST_TODAY = date(2000, 1, 1)
+"""Earliest `--today`: before any cloud GPU price (and far from the year 1, where six months earlier is no date)."""
 CHANGE_FLAG = 1.25
 """An imported price more than this factor above or below the price it supersedes is pointed out."""
 
@@ -94,6 +96,8 @@ def _day(text: str) -> date:
         day = date.fromisoformat(text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else _bad_day(text)
     except ValueError:
         return _bad_day(text)
+    if day < EARLIEST_TODAY:
+        raise argparse.ArgumentTypeError(f"{text} is before {EARLIEST_TODAY}; no catalog price is that old")
     if day > date.today() + timedelta(days=1):  # a day ahead: UTC against the zone the user typed it in
         raise argparse.ArgumentTypeError(f"{text} is in the future; prices are judged as of a day that has come")
     return day
@@ -285,6 +289,9 @@ def _check_out(out: Path, merge_into: Path | None) -> None:
                           f"or merge into it with --catalog {out}")
     if not out.parent.is_dir():
         raise OptionError(f"--out {out}: folder {out.parent} does not exist")
+    from bench.results.store import preflight  # late: it loads the results reader
+
+    preflight(out.parent, "the merged catalog", "nothing was written")
 
 
 def _write(instances: tuple[Instance, ...], out: Path) -> None:

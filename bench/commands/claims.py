@@ -1,5 +1,6 @@
 """`bench claims`: the claims table from the rows under the results root, in a folder named for
-the device(s) whose rows it reads. With `--format json` it answers and writes nothing: a JSON answer is a read."""
+the device(s) whose rows it reads. With `--format json` it answers and writes nothing, not even the estimator's
+autotune rows a first text run computes: a JSON answer is a read (a claim without its rows says so)."""
 
 from __future__ import annotations
 
@@ -28,15 +29,20 @@ def run_claims(args: argparse.Namespace) -> int:
     from bench.claims.registry import CLAIMS
     from bench.claims.table import write_claims
     from bench.report.console import steps
+    from bench.results.store import preflight
 
     measured = sorted(args.results.glob("claims_*/*/runs.csv"))
     if not any(path.parts[-3] != "claims_autotune" for path in measured):
         raise ResultsFileError(f"--results {args.results}: no claims rows (claims_*/<device-tag>/runs.csv) "
                                "under it; run `make claims` (or `bench run experiments/claims/*.toml`) first")
     check_runs_files(measured)
-    with answer_only(args.format == "json"), steps(len(CLAIMS) + 1, INTERACTIVE, "claims") as step:
+    reading = args.format == "json"  # a JSON answer is a read: the missing autotune rows stay missing
+    if not reading:  # a folder that cannot take the table fails before minutes of estimating
+        preflight(args.results / "claims", "the claims table", "nothing was estimated or written")
+    with answer_only(reading), steps(len(CLAIMS) + 1, INTERACTIVE, "claims") as step:
         step.advance("autotune rows")
-        step.say(f"autotune rows: {ensure_autotune_rows(args.results)}")
+        if not reading:
+            step.say(f"autotune rows: {ensure_autotune_rows(args.results)}")
         findings = []
         for claim in CLAIMS:
             step.advance(claim.id)
@@ -44,7 +50,9 @@ def run_claims(args: argparse.Namespace) -> int:
         counts = Counter(finding.verdict for finding in findings)
         step.say(", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items())))
         out = args.results / "claims" / table_folder(findings)
-        written = [] if args.format == "json" else write_claims(findings, out)
+        if not reading:
+            preflight(out, "the claims table", "nothing was written")
+        written = [] if reading else write_claims(findings, out)
         if written:
             step.say(f"wrote {', '.join(str(path) for path in written)}")
     if args.format == "json":

@@ -103,6 +103,7 @@ def price_folders(args: argparse.Namespace) -> int:
         write_outputs,
     )
     from bench.report.console import steps
+    from bench.results.store import preflight
 
     described, instances = _catalog(args)
     answers = []
@@ -119,6 +120,7 @@ def price_folders(args: argparse.Namespace) -> int:
             step.say(summary(table, described, loader, where))
             written = []
             if table.lines:
+                preflight(folder / "cost", "the cost tables", "nothing was written there")
                 written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described,
                                         loader, where)
                 step.say(f"  wrote {', '.join(str(path) for path in written)}")
@@ -136,6 +138,12 @@ def plan_run(args: argparse.Namespace) -> int:
     if args.launch_spec and any(not char.isprintable() for char in str(args.launch_spec)):
         raise OptionError(f"--launch-spec {str(args.launch_spec)!r}: a file name without control characters "
                           "(the task's comments quote it)")
+    if args.launch_spec:
+        from bench.results.store import preflight
+
+        if args.launch_spec.is_dir():
+            raise OptionError(f"--launch-spec {args.launch_spec}: is a directory; name the task file FILE.yaml")
+        preflight(args.launch_spec.parent, "the launch spec", "nothing was planned or written")
     from bench.cost.outputs import load_ok_rows, plan_text
     from bench.report.console import steps
 

@@ -71,7 +71,9 @@ def list_cells(args: argparse.Namespace) -> int:
         device = detect_device(args.device)
         grids, where = load_for_device(args.files, device, args.max_cells), f"on {device.type} ({device.name})"
     else:  # a listing runs nothing: any profile on any machine
-        grids, where = ([load_grid(path, args.profile, max_cells=args.max_cells) for path in args.files],
+        from bench.train.model_bounds import load_checked_grid  # builds each model once, unless the cache knows it
+
+        grids, where = ([load_checked_grid(path, args.profile, args.max_cells) for path in args.files],
                         "(asked for with --profile)")
     if args.format == "json":
         emit("list", {"grids": [grid_document(grid) for grid in grids]})
@@ -108,11 +110,7 @@ def run_grids(args: argparse.Namespace) -> int:
                          gpus_per_node=args.slurm_gpus_per_node, cpus_per_task=args.slurm_cpus_per_task,
                          time_min=args.slurm_time_min)
     device = target_device(args.device, args.executor, slurm)  # a compute node's under SLURM
-    grids = load_for_device(args.files, device, args.max_cells)  # every file validated before anything is written
-    from bench.train.model_bounds import check_grid  # builds each model once, unless the cache knows it
-
-    for grid in grids:  # and each model's own bounds (blocks, patch)
-        check_grid(grid)
+    grids = load_for_device(args.files, device, args.max_cells)  # every file and its models' bounds checked
     data = data_for(grids, args.data_dir)  # so is the data dir
     options = RunOptions(results_root=args.results, force=args.force, retry_failed=args.retry_failed,
                          timeout_s=args.timeout_s, memory_limit_gib=args.memory_limit_gib, nproc=args.nproc,

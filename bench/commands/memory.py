@@ -23,7 +23,6 @@ from bench.commands.model_options import (
 )
 from bench.errors import refused_step
 from bench.grid.cell import choices, field_docs, field_types, probe_options
-from bench.grid.spec import load_grid
 from bench.memory.fit import DEFAULT_HEADROOM
 
 
@@ -78,11 +77,9 @@ def add_axis_options(probe: argparse.ArgumentParser) -> None:
 
 
 def estimate_grids(args: argparse.Namespace) -> int:
-    grids = [load_grid(path, args.profile) for path in args.files]  # every file validated first
-    from bench.train.model_bounds import check_grid  # builds each model once, unless the cache knows it
+    from bench.train.model_bounds import load_checked_grid  # builds each model once, unless the cache knows it
 
-    for grid in grids:  # then each model's own bounds (blocks, patch)
-        check_grid(grid)
+    grids = [load_checked_grid(path, args.profile) for path in args.files]  # every file and its models' bounds
     from bench.memory.estimate_grid import (  # late: fake tensors only here
         describe_estimate,
         estimate_grid,

@@ -21,6 +21,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def build_reports(args: argparse.Namespace) -> int:
     require_folders(args.folders)
+    from bench.results.store import preflight
+
+    for folder in args.folders:  # every folder takes files before any report is drawn
+        preflight(folder, "the report and its charts", "nothing was written")
     from bench.equivalence.study import CSV_NAME  # late: matplotlib only here
     from bench.equivalence.table import write_study_tables
     from bench.report import build_report

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from bench.commands.formats import add_format_option
 from bench.errors import OptionError, refused_step
-from bench.grid.spec import load_grid
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VALIDATION_DIR = Path("docs/speed")
@@ -78,11 +77,9 @@ def _predict(args: argparse.Namespace) -> int:
     from bench.speed.predict import accumulation_loss, describe_prediction, predict_grid
 
     gpus = _gpus(args.gpu)
-    grids = [_only(load_grid(path, "cuda"), args.only) for path in args.files]  # every file validated first
-    from bench.train.model_bounds import check_grid  # builds each model once, unless the cache knows it
+    from bench.train.model_bounds import load_checked_grid  # builds each model once, unless the cache knows it
 
-    for grid in grids:  # then each model's own bounds (blocks, patch)
-        check_grid(grid)
+    grids = [_only(load_checked_grid(path, "cuda"), args.only) for path in args.files]  # files and models' bounds
     model = load_model_file()
     for grid in grids:
         print(f"{grid.name}: {len(grid.cells)} cells x {len(gpus) if gpus else 'every'} GPU, {model.basis()}")
@@ -112,7 +109,16 @@ def _only(grid, conditions: list[str]):
         if name not in axes() or not value:
             raise OptionError(f"--only {condition}: want AXIS=VALUE with AXIS one of {', '.join(axes())}")
         wanted[name] = value
-    cells = tuple(c for c in grid.cells if all(str(getattr(c, n)).lower() == v.lower() for n, v in wanted.items()))
+
+    def matches(cell, name: str) -> bool:
+        return str(getattr(cell, name)).lower() == wanted[name].lower()
+
+    cells = tuple(c for c in grid.cells if all(matches(c, n) for n in wanted))
+    if not cells:  # an empty prediction would write no file to read back: say what the grid holds instead
+        name = next((n for n in wanted if not any(matches(c, n) for c in grid.cells)), next(iter(wanted)))
+        values = ", ".join(dict.fromkeys(str(getattr(c, name)) for c in grid.cells))
+        asked = " ".join(f"{n}={v}" for n, v in wanted.items())
+        raise OptionError(f"--only {asked}: no cell of {grid.path} matches; its {name} values: {values}")
     return replace(grid, cells=cells)
 
 

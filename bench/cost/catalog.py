@@ -49,6 +49,15 @@ _OPTIONAL = {"spot_usd_per_hour", "valid_until", "vcpus"}
 _ADDED_LATER = {"vcpus"}
 """Columns a catalog written before they existed may lack (read as empty)."""
 _DATE = r"^\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$"
+MAX_GPUS_PER_INSTANCE = 64
+"""Most GPUs one instance may have (the largest cloud instances have 16): past it a row is a typo, not an offer."""
+MAX_USD_PER_HOUR = 10_000.0
+"""Highest price of one instance per hour (the dearest listed are about $100): a larger one is a typo, and a
+$1e308 price prints `usd_per_run inf`."""
+MAX_VCPUS = 4096
+"""Most vCPUs of one instance (the largest have under 1,000)."""
+MAX_TEXT_CHARS = {"provider": 40, "instance": 100, "region": 100, "source": 1000}
+"""Longest text of each text column."""
 
 
 class Instance(BaseModel):
@@ -67,15 +76,27 @@ class Instance(BaseModel):
     provider: str = Field(min_length=1)
     instance: str = Field(min_length=1)
     gpu: str
-    gpu_count: int = Field(gt=0)
+    gpu_count: int = Field(gt=0, le=MAX_GPUS_PER_INSTANCE)
     gpu_memory_gb: float = Field(gt=0)
-    usd_per_hour: float = Field(gt=0)
-    spot_usd_per_hour: float | None = Field(default=None, gt=0)
+    usd_per_hour: float = Field(gt=0, le=MAX_USD_PER_HOUR)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0, le=MAX_USD_PER_HOUR)
     region: str = Field(min_length=1)
     observed: str = Field(pattern=_DATE)
     valid_until: str | None = Field(default=None, pattern=_DATE)
     source: str = Field(min_length=1)
-    vcpus: int | None = Field(default=None, gt=0)
+    vcpus: int | None = Field(default=None, gt=0, le=MAX_VCPUS)
+
+    @field_validator(*MAX_TEXT_CHARS)
+    @classmethod
+    def _printable_text(cls, text: str, info) -> str:
+        # a NUL or a newline in a name breaks the tables that print it and the CSV that stores it
+        limit = MAX_TEXT_CHARS[info.field_name]
+        if len(text) > limit:
+            raise ValueError(f"{len(text)} characters; at most {limit}")
+        if not text.isprintable():
+            bad = next(char for char in text if not char.isprintable())
+            raise ValueError(f"holds the control character U+{ord(bad):04X}; allowed: printable text")
+        return text
 
     @field_validator("gpu")
     @classmethod
@@ -220,7 +241,9 @@ def _instance(row: dict[str, str | None], where: str) -> Instance:
         error = exc.errors()[0]
         column = str(error["loc"][0]) if error["loc"] else "valid_until"
         message = error["msg"].removeprefix("Value error, ")
-        raise CatalogError(f"{where}, column {column}: {values.get(column)!r}: {message}") from None
+        shown = repr(values.get(column))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise CatalogError(f"{where}, column {column}: {shown}: {message}") from None
 
 
 # --- how old a price is ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ The files carry no date: the date the prices were seen is the user's (`--observe
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -186,7 +187,7 @@ def read_skypilot(path: Path, *, observed: str, provider: str | None = None, sou
     for key in gpus.keys() - joined:
         left_out["GCP accelerator row matching no machine row of the file (GPUs attached to N1 machines, or a "
                  "machine type not in the file)"][f"{key[1]:g}x {key[0]}"] += 1
-    instances = _collapse(offers, provider, observed, _provenance(name, source), flags)
+    instances = _collapse(offers, name, provider, observed, _provenance(name, source), flags)
     return Imported(name, provider, len(rows), instances, tuple(_left_out_lines(left_out)), tuple(flags))
 
 
@@ -234,9 +235,12 @@ def _number(row: dict[str, str], column: str, name: str, line: int) -> float | N
     if not text:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise CatalogError(f"{name}: line {line}, column {column}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise CatalogError(f"{name}: line {line}, column {column}: {text!r} is not a finite number")
+    return value
 
 
 def _whole(value: float | None) -> int | None:
@@ -311,7 +315,8 @@ def _count_in_name(instance: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _collapse(offers: list[_Offer], provider: str, observed: str, source: str, flags: list[str]) -> tuple[Instance, ...]:
+def _collapse(offers: list[_Offer], name: str, provider: str, observed: str, source: str,
+              flags: list[str]) -> tuple[Instance, ...]:
     """One price per (instance, region): the zones' on-demand price (the lowest if they differ, as SkyPilot
     takes it), spot the cheapest zone's; then one `all` row for an instance priced the same in every region."""
     by_region: dict[tuple[str, str], list[_Offer]] = defaultdict(list)
@@ -356,11 +361,16 @@ def _collapse(offers: list[_Offer], provider: str, observed: str, source: str, f
             note = f"same price in all {len(offers_)} regions of the file ({', '.join(o.region for o in offers_)})"
             offers_ = [_Offer(instance, "all", "", first.gpu, first.gpu_count, first.vcpus, first.usd_per_hour,
                               first.spot_usd_per_hour, "; ".join(filter(None, [first.detail, note])), first.line)]
-        instances += [_instance(o, provider, observed, source) for o in offers_]
+        instances += [_instance(o, name, provider, observed, source) for o in offers_]
     return tuple(instances)
 
 
-def _instance(offer: _Offer, provider: str, observed: str, source: str) -> Instance:
+COLUMN_OF = {"instance": "InstanceType", "region": "Region", "gpu_count": "AcceleratorCount", "vcpus": "vCPUs",
+             "usd_per_hour": "Price", "spot_usd_per_hour": "SpotPrice"}
+"""The SkyPilot column each catalog field is read from (named when a value is refused)."""
+
+
+def _instance(offer: _Offer, name: str, provider: str, observed: str, source: str) -> Instance:
     spec = gpu_spec(offer.gpu)
     assert spec is not None  # every key in the maps above is a gpus.csv row (tests/test_catalog.py)
     try:
@@ -371,7 +381,12 @@ def _instance(offer: _Offer, provider: str, observed: str, source: str) -> Insta
                         vcpus=offer.vcpus)
     except ValidationError as exc:
         error = exc.errors()[0]
-        raise CatalogError(f"line {offer.line}, {offer.instance} {offer.region}: {error['loc']}: {error['msg']}") from None
+        field = str(error["loc"][0]) if error["loc"] else ""
+        value = repr(error.get("input"))
+        value = value if len(value) <= 60 else value[:57] + "..."
+        message = error["msg"].removeprefix("Value error, ")
+        raise CatalogError(f"{name}: line {offer.line}, column {COLUMN_OF.get(field, field)}: {value}: {message} "
+                           f"(catalog column {field})") from None
 
 
 def _provenance(name: str, source: str) -> str:

@@ -26,8 +26,8 @@ naming the file, the key and what is allowed.
 Values are strict: a whole number is a TOML integer (not `"32"`, `32.0` or `true`), a boolean is
 `true`/`false`, a number is finite; every number has an upper bound (`MAX_PAIR_VALUE`, the axes'
 `maximum`, `RunSettings`). A value listed twice in one axis is an error (it would be the same cells
-twice). The cell count is the product of the axes' lengths, checked against `MAX_CELLS` before
-anything is expanded.
+twice). The cell count is the product of the axes' lengths, checked against `MAX_CELLS` on the file's lists
+before any value is validated, and again before anything is expanded.
 """
 
 from __future__ import annotations
@@ -117,11 +117,15 @@ Exclusion = create_model(
 
 
 def _no_repeats(values: list) -> list:
-    """An axis lists each value once: a repeat would be the same cells twice."""
+    """An axis lists each value once: a repeat would be the same cells twice. One pass (a dict of first positions),
+    so a long axis costs linear time."""
+    first: dict = {}
     for index, value in enumerate(values):
-        if value in values[:index]:
-            raise ValueError(f"[{index}] {value!r} repeats [{values.index(value)}]; list each value once "
+        key = (type(value), value)  # 1 and true are different values of different axes, never a repeat
+        if key in first:
+            raise ValueError(f"[{index}] {value!r} repeats [{first[key]}]; list each value once "
                              "(a repeat is the same cells twice)")
+        first[key] = index
     return values
 
 
@@ -200,6 +204,14 @@ class RunSettings(_Strict):
     """Before each cell, seconds to wait at most for other work to leave the cell's cores free."""
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
 
+    @field_validator("target_ci95_rel", "timing_budget_s", "timeout_s", "quiet_wait_s")
+    @classmethod
+    def _not_subnormal(cls, value: float) -> float:
+        # as the command line's numbers (`bench.commands.common.finite`): 5e-324 s passes `gt=0` and means nothing
+        if value != 0 and abs(value) < sys.float_info.min:
+            raise ValueError(f"{value!r} is too small to compute with (a subnormal number)")
+        return value
+
 
 class ProfileSection(_Strict):
     """Overrides for a device profile; keys are checked against [grid] and [run]."""
@@ -235,6 +247,8 @@ class Grid(Tabular):
 
 def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, max_cells: int = MAX_CELLS) -> Grid:
     """Read and validate a grid file, apply `profile`'s overrides, expand to cells (at most `max_cells`).
+    The models' own bounds (blocks, patch) need the models: `bench.train.model_bounds.load_checked_grid` adds them,
+    and every command loads its grids through it.
 
     Example:
         >>> grid = load_grid("experiments/smoke.toml", "cpu")
@@ -243,6 +257,7 @@ def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, 
     """
     path = Path(path)
     raw = _read_toml(path)
+    _refuse_oversize(raw, profile, path, max_cells)  # before validation, whose cost grows with the values
     spec = _validate(GridFile, raw, path, prefix=())
     grid_axes, run, profile_description = spec.grid, spec.run, ""
     for name, section in spec.profile.items():  # validate every profile, apply the chosen one
@@ -250,16 +265,36 @@ def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, 
         merged_run = _validate_override(RunSettings, raw.get("run", {}), section.run, path, ("run",), name)
         if name == profile:
             grid_axes, run, profile_description = merged_axes, merged_run, section.description
-    count = cell_count(grid_axes)
-    if count > max_cells:
-        raise GridFileError(f"{path}: grid: {count:,} cells (the product of the axes' lengths) is over the limit of "
-                            f"{max_cells:,}; split the grid, or pass --max-cells {count} if it is meant")
+    _check_count(cell_count(grid_axes), path, max_cells)
     _check_models(grid_axes.model, path, spec.experiment.runs_model_code, resolve=check_models)
     cells = tuple(_expand(spec.experiment.name, profile, grid_axes, run))
     if not cells:
         raise GridFileError(f"{path}: grid.exclude: every cell is excluded; nothing would run")
     return Grid(path, spec.experiment.name, spec.experiment.description, profile,
                 profile_description, run, cells)
+
+
+def _refuse_oversize(raw: dict, profile: Profile, path: Path, max_cells: int) -> None:
+    """The cell count of the file as written (`profile`'s overrides applied), from the lengths of its lists alone:
+    a 200,000-name axis is refused in microseconds, not after every name is validated. A file too malformed to
+    count is left to the validation."""
+    section = raw.get("grid")
+    override = raw.get("profile", {}).get(profile, {}) if isinstance(raw.get("profile"), dict) else {}
+    override = override.get("grid", {}) if isinstance(override, dict) else {}
+    if not isinstance(section, dict) or not isinstance(override, dict):
+        return
+    merged = {**section, **override}
+    count = 1
+    for name in (*axes(), "pairs"):
+        value = merged.get(name)
+        count *= len(value) if isinstance(value, list) else 1
+    _check_count(count, path, max_cells)
+
+
+def _check_count(count: int, path: Path, max_cells: int) -> None:
+    if count > max_cells:
+        raise GridFileError(f"{path}: grid: {count:,} cells (the product of the axes' lengths) is over the limit of "
+                            f"{max_cells:,}; split the grid, or pass --max-cells {count} if it is meant")
 
 
 def cell_count(grid_axes: BaseModel) -> int:
@@ -452,6 +487,8 @@ def timm_model_problem(name: str) -> str | None:
     """
     if not re.fullmatch(MODEL_PATTERN, name):  # a name a cell id cannot hold is refused before timm is asked
         return f"{_shown(name)} is not a model name; must match {MODEL_PATTERN}"
+    if name.endswith("."):  # timm reads `test_vit.` as test_vit with an empty tag: the same model under two names
+        return f"{_shown(name)} ends with a dot and no pretrained tag after it; name the model without the dot"
     names = timm_model_names()
     if name.split(".", 1)[0] in names:
         return None

@@ -32,7 +32,7 @@ from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
 from bench.results.provenance import provenance, utc_now
 from bench.results.rows import cell_row, failure_from, memory_columns
 from bench.results.schema import ESTIMATE_COLUMNS
-from bench.results.store import RunsFile, results_folder
+from bench.results.store import RunsFile, preflight, results_folder
 from bench.units import gib
 
 ESTIMATE_FOLDER = "estimate"
@@ -130,6 +130,7 @@ def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, i
     device = estimate_device(target)
     runs = RunsFile(results_folder(results_root, grid.name, ESTIMATE_FOLDER) / "runs.csv", ESTIMATE_COLUMNS)
     runs.rows()  # a corrupt file stops here, before anything is estimated
+    preflight(runs.path.parent, "estimate rows", "nothing was estimated")  # so does a folder that cannot take rows
     stamp = provenance()
     models = models or FakeModels()
     for index, cell in enumerate(grid.cells):

@@ -66,9 +66,13 @@ def results_folder(root: Path, *names: str) -> Path:
     return folder
 
 
-def preflight(folder: Path) -> None:
-    """Make `folder` and write, sync and remove a probe file there: a folder that cannot take rows
-    fails here, before anything is measured."""
+def preflight(folder: Path, what: str = "rows", unwritten: str = "nothing was measured") -> None:
+    """Make `folder` and write, sync and remove a probe file there: a folder that cannot take `what` (read-only,
+    no permission, a file where a folder should be, a full disk) fails here with one `ResultsFileError` line,
+    before the command computes or writes anything (`unwritten` says what was spared).
+
+    Every command that writes calls it on its output folder first: `run` and `measure` (rows), `estimate`,
+    `predict`, `report`, `cost`, `claims`, `catalog import --out`, `plan --launch-spec`."""
     probe = Path(folder) / f".preflight-{os.getpid()}"
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -80,7 +84,7 @@ def preflight(folder: Path) -> None:
             os.close(fd)
             probe.unlink(missing_ok=True)
     except OSError as exc:
-        raise ResultsFileError(f"{folder}: cannot take rows ({exc.strerror or exc}); nothing was measured") from None
+        raise ResultsFileError(f"{folder}: cannot take {what} ({exc.strerror or exc}); {unwritten}") from None
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -11,12 +11,24 @@ import json
 from functools import cache
 
 from bench.grid.bounds import ModelBounds, cell_problem, check_model_bounds
-from bench.grid.cell import Cell
+from bench.grid.cell import Cell, Profile
 from bench.grid.model_ref import ModelSpec, runs_code
-from bench.grid.spec import Grid
+from bench.grid.spec import MAX_CELLS, Grid, load_grid
 
 _BUILD_SIZE = 224
 """The side the model is built at to read its blocks and patch (neither depends on it)."""
+
+
+def load_checked_grid(path, profile: Profile, max_cells: int = MAX_CELLS) -> Grid:
+    """A grid file validated, expanded and checked against its models' bounds: the one validation of `list`, `run`,
+    `estimate`, `predict` and the API, so that no command accepts what another refuses.
+
+    >>> len(load_checked_grid("experiments/smoke.toml", "cpu").cells)
+    4
+    """
+    grid = load_grid(path, profile, max_cells=max_cells)
+    check_grid(grid)
+    return grid
 
 
 def check_grid(grid: Grid) -> None:
