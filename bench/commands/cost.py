@@ -143,7 +143,7 @@ def plan_run(args: argparse.Namespace) -> int:
 
         if args.launch_spec.is_dir():
             raise OptionError(f"--launch-spec {args.launch_spec}: is a directory; name the task file FILE.yaml")
-        preflight(args.launch_spec.parent, "the launch spec", "nothing was planned or written")
+        preflight(args.launch_spec.parent, "the launch spec", "nothing was planned or written", keep_folder=False)
     from bench.cost.outputs import load_ok_rows, plan_text
     from bench.report.console import steps
 

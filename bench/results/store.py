@@ -66,14 +66,17 @@ def results_folder(root: Path, *names: str) -> Path:
     return folder
 
 
-def preflight(folder: Path, what: str = "rows", unwritten: str = "nothing was measured") -> None:
+def preflight(folder: Path, what: str = "rows", unwritten: str = "nothing was measured", *,
+              keep_folder: bool = True) -> None:
     """Make `folder` and write, sync and remove a probe file there: a folder that cannot take `what` (read-only,
     no permission, a file where a folder should be, a full disk) fails here with one `ResultsFileError` line,
-    before the command computes or writes anything (`unwritten` says what was spared).
+    before the command computes or writes anything (`unwritten` says what was spared). `keep_folder=False`
+    removes again the folders this call made, for a command that may still refuse before it writes.
 
     Every command that writes calls it on its output folder first: `run` and `measure` (rows), `estimate`,
     `predict`, `report`, `cost`, `claims`, `catalog import --out`, `plan --launch-spec`."""
     probe = Path(folder) / f".preflight-{os.getpid()}"
+    made = [parent for parent in [Path(folder), *Path(folder).parents] if not parent.exists()]
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -83,6 +86,8 @@ def preflight(folder: Path, what: str = "rows", unwritten: str = "nothing was me
         finally:
             os.close(fd)
             probe.unlink(missing_ok=True)
+            for parent in made if not keep_folder else []:  # innermost first
+                parent.rmdir()
     except OSError as exc:
         raise ResultsFileError(f"{folder}: cannot take {what} ({exc.strerror or exc}); {unwritten}") from None
 
