@@ -154,8 +154,9 @@ def grid_document(grid) -> dict[str, Any]:
             "cells": [{"cell_id": cell.cell_id, **jsonable(cell)} for cell in grid.cells]}
 
 
-def probe_document(config, answers) -> dict[str, Any]:
-    """`bench probe`: the configuration and, per budget asked for (`--gpu` repeated), the estimator's answer with
+def probe_document(config, answers, model_sources: str | None = None) -> dict[str, Any]:
+    """`bench probe`: the configuration (`model_sources`: for an hf-hub model, which of its config and the options
+    set its classes, input and kwargs) and, per budget asked for (`--gpu` repeated), the estimator's answer with
     its predicted peaks and, after trials, the device's. The first answer is also given at the top level."""
     from bench.units import GIB
 
@@ -176,7 +177,7 @@ def probe_document(config, answers) -> dict[str, Any]:
                 "found": search(result.found), "doubling_trials": result.doubling_trials}
 
     answers = [answer(budget, result) for budget, result in answers]
-    return {"model": config.base.model, "configuration": config.describe(),
+    return {"model": config.base.model, "configuration": config.describe(), "model_sources": model_sources,
             "cell": {k: v for k, v in jsonable(config.base).items() if k not in ("micro_batch", "experiment")},
             **answers[0], "answers": answers}
 
