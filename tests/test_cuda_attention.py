@@ -34,6 +34,15 @@ class Encoder(nn.Module):
         return self.head(self.encoder(self.embed(x).flatten(2).transpose(1, 2)).mean(1))
 
 
+class Causal(Encoder):
+    """A float causal mask: no flash kernel takes an explicit mask."""
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.head(self.encoder(x, mask=mask).mean(1))
+
+
 class ValueDependent(Encoder):
     def forward(self, x):
         x = self.embed(x)
@@ -73,6 +82,10 @@ def test_a_transformer_encoder_with_dropout_estimates_and_flash_saves_less_than_
     # The rest (seen: 4 %): math's fp32 copies of query, key and value of tokens x head dim, less flash's output.
     assert by_hand <= saved_more <= 1.05 * by_hand
     assert math.peak_bytes - flash.peak_bytes >= by_hand
+
+
+def test_an_encoder_with_a_causal_mask_estimates_and_its_row_names_the_kernel_the_trace_picked(models_file):
+    assert estimate_cell(_cell(f"{models_file}:Causal"), "cuda", capability=(8, 0)).attention == "efficient"
 
 
 def test_a_timm_vit_with_attention_dropout_estimates_in_both_attention_modes():

@@ -16,6 +16,11 @@ dropout, a one-byte mask.
 Dropout (`aten::dropout`, which nn.Dropout and the math kernel call) takes CUDA's fused path,
 `native_dropout`, whose backward keeps a bool mask; the CPU's path keeps a mask of the input's
 dtype (2 or 4 bytes an element).
+
+`nn.TransformerEncoder`/`Decoder` compare a mask with a causal one to pass `is_causal` on
+(`_detect_is_causal_mask`), which reads values fake tensors do not have; inside
+`masks_without_values` a mask counts as causal only when the caller says so, and is otherwise kept
+as a mask (the memory-efficient kernel with a bias, which keeps what flash keeps, plus the mask).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Iterator, Literal
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules import transformer
 
 from bench.memory.cuda_autocast import _quiet_overrides
 
@@ -170,3 +176,19 @@ def cuda_attention(capability: tuple[int, int]) -> Iterator[Counter[CudaKernel]]
         yield sdpa.kernels
     finally:
         library._destroy()
+
+
+@contextlib.contextmanager
+def masks_without_values() -> Iterator[None]:
+    """Within: `nn.Transformer*`'s causal-mask detection trusts the `is_causal` it is given instead of reading
+    the mask's values (see the module's docstring)."""
+    original = transformer._detect_is_causal_mask
+
+    def detect(mask: torch.Tensor | None, is_causal: bool | None = None, size: int | None = None) -> bool:
+        return is_causal is True
+
+    transformer._detect_is_causal_mask = detect
+    try:
+        yield
+    finally:
+        transformer._detect_is_causal_mask = original
