@@ -117,16 +117,39 @@ def test_hf_hub_offline_and_not_cached_is_one_line_saying_how_to_get_it(capsys, 
     assert "hf download timm/resnet18.a1_in1k config.json" in err
 
 
-def test_hf_hub_builds_from_the_cached_config_without_the_network(hub_cache):
+def _cache_hub_config(hub_cache, config: dict) -> None:
+    """timm/tiny.test's config.json in the local cache, as `hf download` leaves it."""
     snapshot = hub_cache / "models--timm--tiny.test" / "snapshots" / ("a" * 40)
     snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text(json.dumps({"architecture": "test_resnet", "num_classes": 1000,
-                                                      "pretrained_cfg": {"input_size": [3, 32, 32]}}))
+    (snapshot / "config.json").write_text(json.dumps(config))
     (hub_cache / "models--timm--tiny.test" / "refs").mkdir()
     (hub_cache / "models--timm--tiny.test" / "refs" / "main").write_text("a" * 40)
+
+
+def test_hf_hub_builds_from_the_cached_config_without_the_network(hub_cache):
+    _cache_hub_config(hub_cache, {"architecture": "test_resnet", "num_classes": 1000,
+                                  "pretrained_cfg": {"input_size": [3, 32, 32]}})
     assert model_problem("hf-hub:timm/tiny.test") is None
     model = build_model(ModelSpec("hf-hub:timm/tiny.test", 32, num_classes=7))
     assert type(model).__name__ == "ResNet" and model.get_classifier().out_features == 7
+
+
+def test_hf_hub_takes_classes_input_and_kwargs_from_its_cached_config_unless_an_option_says(capsys, hub_cache):
+    _cache_hub_config(hub_cache, {"architecture": "test_resnet", "num_classes": 37,
+                                  "pretrained_cfg": {"input_size": [1, 40, 40]}, "model_args": {"drop_rate": 0.1}})
+    probe = ("probe", "hf-hub:timm/tiny.test", "--memory-gib", "0.5", "--format", "json")
+    configured = _json(capsys, *probe)
+    cell = configured["cell"]
+    assert (cell["num_classes"], cell["in_chans"], cell["image_size"]) == (37, 1, 40)
+    assert configured["model_sources"] == ('hf-hub:timm/tiny.test: 37 classes (hub config), input 1x40x40 (hub config), '
+                                           'kwargs {"drop_rate": 0.1} (hub config)')
+    overridden = _json(capsys, *probe, "--num-classes", "10", "--image-size", "32", "--model-kwargs",
+                       '{"drop_rate": 0.2}')
+    cell = overridden["cell"]
+    assert (cell["num_classes"], cell["in_chans"], cell["image_size"]) == (10, 1, 32)
+    assert overridden["model_sources"] == ('hf-hub:timm/tiny.test: 10 classes (--num-classes), input 1x32x32 '
+                                           '(--image-size, hub config channels), kwargs {"drop_rate": 0.2} '
+                                           "(the option's over the hub config's)")
 
 
 def test_a_grid_file_runs_model_code_only_when_it_says_so(write_grid):

@@ -154,8 +154,10 @@ def grid_document(grid) -> dict[str, Any]:
             "cells": [{"cell_id": cell.cell_id, **jsonable(cell)} for cell in grid.cells]}
 
 
-def probe_document(config, answers, agreements: dict | None = None) -> dict[str, Any]:
-    """`bench probe`: the configuration and, per budget asked for (`--gpu` repeated), the estimator's answer with
+def probe_document(config, answers, agreements: dict | None = None,
+                   model_sources: str | None = None) -> dict[str, Any]:
+    """`bench probe`: the configuration (`model_sources`: for an hf-hub model, which of its config and the options
+    set its classes, input and kwargs) and, per budget asked for (`--gpu` repeated), the estimator's answer with
     its predicted peaks (whole bytes), the estimator's measured agreement with public fit/OOM rows at the budget's
     headroom (`agreements`: headroom -> `bench.memory.validate.Agreement` or None) and, after trials, the device's.
     The first answer is also given at the top level."""
@@ -186,7 +188,7 @@ def probe_document(config, answers, agreements: dict | None = None) -> dict[str,
                 "found": search(result.found), "doubling_trials": result.doubling_trials}
 
     answers = [answer(budget, result) for budget, result in answers]
-    return {"model": config.base.model, "configuration": config.describe(),
+    return {"model": config.base.model, "configuration": config.describe(), "model_sources": model_sources,
             "cell": {k: v for k, v in jsonable(config.base).items() if k not in ("micro_batch", "experiment")},
             **answers[0], "answers": answers}
 

@@ -10,9 +10,16 @@ from pathlib import Path
 from bench.commands.common import add_device_option, pair_value, positive, setting_value
 from bench.commands.formats import add_format_option, answer_only, emit
 from bench.commands.memory import add_axis_options
-from bench.commands.model_options import MODEL_HELP, add_model_options, check_built, check_reference, model_fields
+from bench.commands.model_options import (
+    MODEL_HELP,
+    add_model_options,
+    check_built,
+    check_reference,
+    model_fields,
+    model_sources,
+)
 from bench.errors import OptionError
-from bench.grid.cell import Cell, probe_options
+from bench.grid.cell import PROBE_DEFAULTS, Cell, probe_options
 from bench.grid.spec import MAX_PAIR_VALUE, NAME_PATTERN, Grid, RunSettings, require_precisions
 from bench.units import GIB
 
@@ -66,7 +73,10 @@ def measure_cell(args: argparse.Namespace) -> int:
         raise OptionError(f"--micro-batch {args.micro_batch} x --accum-steps {args.accum_steps}: an effective batch "
                           f"of at most {MAX_PAIR_VALUE:,}, as in a grid file")
     check_reference(args.model)
-    fields = model_fields(args, args.image_size)
+    fields = model_fields(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
+    sources = model_sources(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
+    if sources:
+        print(f"model: {sources}", file=sys.stderr, flush=True)
     from bench.measure.device import detect_device  # late: the device and the runner load torch
     from bench.report.console import console, summary_table
     from bench.results.lock import runner_lock

@@ -20,9 +20,10 @@ from bench.commands.model_options import (
     check_built,
     check_reference,
     model_fields,
+    model_sources,
 )
 from bench.errors import refused_step
-from bench.grid.cell import choices, field_docs, field_types, probe_options
+from bench.grid.cell import PROBE_DEFAULTS, choices, field_docs, field_types, probe_options
 from bench.memory.fit import DEFAULT_HEADROOM
 
 
@@ -72,6 +73,9 @@ def add_axis_options(probe: argparse.ArgumentParser) -> None:
             probe.add_argument(flag, action="store_true", help=doc)
         elif choices(name):
             probe.add_argument(flag, choices=choices(name), default=default, help=f"{doc} (default {default})")
+        elif name == "image_size":  # unsaid: an hf-hub model's config decides (`model_fields`)
+            probe.add_argument(flag, type=axis_value(name), help=f"{doc} (default {default}, or an hf-hub model's "
+                                                                     "config's)")
         else:
             probe.add_argument(flag, type=axis_value(name), default=default, help=f"{doc} (default {default})")
 
@@ -118,7 +122,10 @@ def probe_model(args: argparse.Namespace) -> int:
     from bench.memory.budget import probe_budget
 
     check_reference(args.model)
-    fields = model_fields(args, args.image_size)
+    fields = model_fields(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
+    sources = model_sources(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
+    if sources:
+        print(f"model: {sources}", file=sys.stderr, flush=True)
     budgets = [probe_budget(gpu=gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
                             device=args.device, headroom=args.headroom) for gpu in args.gpu or [None]]
     from bench.memory.probe import (  # late: the estimator loads torch; the input is checked by now
@@ -148,7 +155,7 @@ def probe_model(args: argparse.Namespace) -> int:
 
     agreements = {headroom: agreement(headroom) for headroom in {budget.headroom for budget in budgets}}
     if args.format == "json":
-        emit("probe", probe_document(config, list(zip(budgets, results)), agreements))
+        emit("probe", probe_document(config, list(zip(budgets, results)), agreements, sources))
     else:
         print("\n\n".join(describe_probe(config, budget, result, _said(agreements[budget.headroom]))
                             for budget, result in zip(budgets, results)))

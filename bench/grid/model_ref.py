@@ -181,6 +181,53 @@ def _hub_problem(name: str) -> str | None:
             f"there is a network with `hf download {repo} config.json` (or set HF_HUB_CACHE to a cache that has it)")
 
 
+@dataclass(frozen=True)
+class HubDefaults:
+    """What an hf-hub model's cached config.json says it was trained with; None where it does not say."""
+
+    num_classes: int | None
+    input_size: tuple[int, int, int] | None
+    """(channels, height, width): timm's `pretrained_cfg.input_size`."""
+    model_kwargs: dict
+    """timm's `model_args`: keyword arguments timm's `create_model` passes under the cell's own."""
+
+
+def hub_defaults(name: str) -> HubDefaults | None:
+    """The cached config of an hf-hub reference (None for another kind, or when it is not cached), read as timm
+    reads it (`timm.models._hub._parse_model_cfg`: a legacy config is one flat dict; a top-level `num_classes`,
+    and `model_args`' in_chans and img_size, override `pretrained_cfg`); never the network. A value of the wrong
+    type counts as not said.
+
+    >>> hub_defaults("resnet50") is None
+    True
+    """
+    if kind_of(name) != "hf-hub":
+        return None
+    path = _hub_config(name)
+    try:
+        config = json.loads(Path(path).read_text()) if path else None
+    except (OSError, ValueError):
+        config = None
+    if not isinstance(config, dict):
+        return None
+    pretrained = config.get("pretrained_cfg", config)
+    pretrained = pretrained if isinstance(pretrained, dict) else {}
+    kwargs = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
+    classes = kwargs.get("num_classes", config.get("num_classes", pretrained.get("num_classes")))
+    size = pretrained.get("input_size")
+    size = list(size) if isinstance(size, list) and len(size) == 3 else None
+    if size and isinstance(kwargs.get("in_chans"), int):
+        size[0] = kwargs["in_chans"]
+    img_size = kwargs.get("img_size")
+    if size and isinstance(img_size, int):
+        size[1:] = [img_size, img_size]
+    elif size and isinstance(img_size, list) and len(img_size) == 2:
+        size[1:] = img_size
+    whole = size is not None and all(isinstance(n, int) and n > 0 for n in size)
+    return HubDefaults(num_classes=classes if isinstance(classes, int) and classes > 0 else None,
+                       input_size=tuple(size) if whole else None, model_kwargs=kwargs)
+
+
 def hub_local_dir(name: str) -> str:
     """timm's `local-dir:` reference to the cached snapshot: the same config, read without the network."""
     config = _hub_config(name)

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Iterator, Literal, Protocol
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.distributed._tools import mem_tracker
 
 from bench.frames import Tabular
 from bench.grid.cell import Cell
 from bench.measure.memory import TracedStep, param_bytes, trace_step
+from bench.memory.cuda_attention import cuda_attention, masks_without_values
 from bench.memory.cuda_autocast import cuda_autocast_policy
+from bench.memory.untraceable import named_untraceable_op
 from bench.results.keys import SPLIT, configuration_key
 from bench.train.setup import cell_batch, cell_model, cell_optimizer
 from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
@@ -80,7 +82,8 @@ WORKSPACE_ALLOWANCE_BYTES = workspace_allowance_bytes()
 CUDA_MODEL = (
     "modelled: tensors of the runner's step (MemTracker, fake tensors), each rounded to the "
     "allocator's 512-byte blocks, under CUDA's autocast policy (torch's AutocastCUDA kernels, the weight-cast cache "
-    "as its own category) and the attention kernel CUDA's SDPA would pick (estimate_attention); "
+    "as its own category), the attention kernel CUDA's SDPA would pick per call (estimate_attention: "
+    "the one picked most) and CUDA's fused dropout (a 1-byte mask kept); "
     "the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS workspace allowance (cuBLASLt shares it) "
     f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB: the default from compute capability 9.0 on, 2 threads); reserved = allocated "
     "rounded up to 2 MiB segments (a lower bound)"
@@ -148,10 +151,11 @@ def attention_kernel(cell: Cell, target: Target, capability: tuple[int, int] | N
 
     torch's SDPA (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) tries flash, then
     memory-efficient, then math: flash needs compute capability 8.0 or later and fp16/bf16;
-    memory-efficient runs from 5.0 on in fp32 and fp16 (bf16 from 8.0). Both keep only the output
-    and a per-row log-sum-exp for backward, as the CPU's flash kernel the trace runs does; math
-    keeps the probabilities. `capability` None: a current GPU (8.0 or later). timm's heads (64 or
-    fewer dimensions) are inside every kernel's limits.
+    memory-efficient runs from 5.0 on in fp32 and fp16 (bf16 from 8.0). Both keep only the output,
+    a per-row log-sum-exp and the dropout RNG state for backward; math keeps the probabilities and
+    a dropout mask. `capability` None: a current GPU (8.0 or later). This is what timm's heads (64 or
+    fewer dimensions) without a mask get; the trace picks per call, from each call's arguments
+    (`bench.memory.cuda_attention`), and the row names the kernel it picked most.
 
     >>> cell = Cell(experiment="e", profile="cuda", model="test_vit", image_size=32, micro_batch=4, accum_steps=1,
     ...             precision="fp16", checkpointing="off", optimizer="sgd", channels_last=False,
@@ -170,15 +174,6 @@ def attention_kernel(cell: Cell, target: Target, capability: tuple[int, int] | N
     if capability >= (5, 0) and (cell.precision != "bf16" or capability >= (8, 0)):
         return "efficient"
     return "math"
-
-
-def _attention_context(kernel: AttentionKernel) -> ContextManager:
-    """The CPU kernel whose saved tensors match `kernel`'s: flash for both fused kernels, else math."""
-    if kernel in ("flash", "efficient"):
-        return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
-    if kernel == "math":
-        return sdpa_kernel(SDPBackend.MATH)
-    return contextlib.nullcontext()
 
 
 STEP_ONLY = (*SPLIT, "precision", "optimizer", "world_size", "ddp_sync", "loss_tracking", "zero_grad", "aux_loss",
@@ -215,6 +210,8 @@ class FakeStep:
     optimizer: torch.optim.Optimizer
     batch: tuple[torch.Tensor, torch.Tensor]
     run: Callable[..., object]
+    attention_kernels: Counter[str]
+    """SDPA calls so far per CUDA kernel picked (`bench.memory.cuda_attention`); none for a CPU target."""
 
 
 @contextlib.contextmanager
@@ -224,7 +221,9 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
     """Inside fake mode, `cell`'s step after one warm-up step, as the runner's warm-up leaves it.
 
     For a CUDA target the step casts as CUDA's autocast does (`bench.memory.cuda_autocast`) and
-    attention runs the kernel CUDA would pick on a GPU of `capability` (`attention_kernel`).
+    attention and dropout run the kernels CUDA would pick on a GPU of `capability`
+    (`bench.memory.cuda_attention`). An op fake tensors cannot run is refused in one line
+    (`bench.memory.untraceable`).
 
     The one path from a cell to its step on fake tensors, shared by the memory estimator and the
     throughput model (`bench.speed`). `accum_steps` overrides the cell's K (the throughput model
@@ -242,7 +241,8 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
     # (`.tolist()`), which fake tensors cannot answer. Its state is still created, fake, in the step.
     optimizer = cell_optimizer(cell, model)
     cuda = target == "cuda"
-    with (models.mode, _allocator_rounding(cuda), _attention_context(attention_kernel(cell, target, capability)),
+    with (named_untraceable_op(cell.model), models.mode, _allocator_rounding(cuda), masks_without_values(),
+          (cuda_attention(capability or (8, 0)) if cuda else contextlib.nullcontext(Counter())) as kernels,
           cuda_autocast_policy() if cuda else contextlib.nullcontext()):
         if cuda:
             _multi_tensor_updates(optimizer)
@@ -262,7 +262,7 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
         # are None (or zeros, with zero_grad="zeros").
         # One micro-batch suffices for that, and costs 1/K of the full step.
         train_step(model, optimizer, micro_batches[:1], cell.precision, scaler, **cell.step_options)
-        yield FakeStep(model, optimizer, batch, run_step)
+        yield FakeStep(model, optimizer, batch, run_step, kernels)
 
 
 def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None = None, *,
@@ -295,8 +295,16 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         param_count=sum(p.numel() for p in step.model.parameters()),
         inputs_bytes=sum(_allocated(t.untyped_storage().nbytes(), cuda) for t in step.batch),
         workspace_bytes=workspace_allowance_bytes(capability) if cuda else 0,
-        attention=attention_kernel(cell, target, capability),
+        attention=_traced_attention(cell, target, capability, step.attention_kernels),
     )
+
+
+def _traced_attention(cell: Cell, target: Target, capability: tuple[int, int] | None,
+                      kernels: Counter[str]) -> AttentionKernel:
+    """The row's attention kernel: the one CUDA picked for most of the trace's SDPA calls (a mask or a head
+    size can move a model off flash), else what `attention_kernel` expects; timm's eager attention stays eager."""
+    expected = attention_kernel(cell, target, capability)
+    return kernels.most_common(1)[0][0] if kernels and expected != "eager" else expected
 
 
 class _StepAlwaysScaler(torch.amp.GradScaler):

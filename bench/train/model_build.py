@@ -59,8 +59,10 @@ def check_classifier(spec: ModelSpec) -> None:
 def _timm_model(spec: ModelSpec, kwargs: dict[str, Any]) -> torch.nn.Module:
     import timm
 
-    name = hub_local_dir(spec.name) if kind_of(spec.name) == "hf-hub" else spec.name
-    options = {"num_classes": spec.num_classes, **({"in_chans": spec.in_chans} if spec.in_chans != 3 else {}),
+    hub = kind_of(spec.name) == "hf-hub"
+    name = hub_local_dir(spec.name) if hub else spec.name
+    # A hub config's model_args come under these (timm's create_model): the cell's input wins, 3 channels too.
+    options = {"num_classes": spec.num_classes, **({"in_chans": spec.in_chans} if hub or spec.in_chans != 3 else {}),
                **kwargs}
     _, height, width = spec.input_shape
     # Transformers fix their position embeddings to one image size; CNNs take any size and reject the keyword.
