@@ -149,3 +149,29 @@ def test_bad_input_is_one_line_naming_the_path_and_exit_2(tmp_path, capsys, case
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and err[0].startswith("compare: reading")  # the progress line, then the one error line
     assert str(b) in err[1] and "Traceback" not in err[1]
+
+
+def _plan_document(line: dict, samples_per_s: float) -> dict:
+    """A plan's document (docs/json.md) with one option: the keys `bench compare` reads."""
+    option = {"rank": 1, "usd_per_run": 10.0, "hours_per_run": 2.0, "usd_per_run_low": 8.0, "usd_per_run_high": 13.0,
+              "hours_per_run_low": 1.6, "hours_per_run_high": 2.6, "instance": "aws p4d.24xlarge",
+              "line": {**line, "samples_per_s_per_gpu": samples_per_s, "samples_per_s_per_gpu_low": samples_per_s * 0.8,
+                       "samples_per_s_per_gpu_high": samples_per_s * 1.2, "peak_memory_gib": 10.0}}
+    return {"command": "plan", "schema_version": 1, "options": [option]}
+
+
+def test_a_plan_is_compared_with_a_measurement_on_the_axes_it_names(tmp_path, capsys):
+    _, measured, predicted = _prediction_and_measurement(tmp_path, 1000.0)
+    named = ("model", "image_size", "micro_batch", "accum_steps", "precision", "checkpointing", "optimizer")
+    line = {name: predicted[name] for name in named} | {"image_size": int(predicted["image_size"]), "gpu": "A100-40GB",
+                                                        "micro_batch": int(predicted["micro_batch"]),
+                                                        "accum_steps": int(predicted["accum_steps"])}
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(_plan_document(line, 900.0)))
+    document = _json(capsys, str(plan), measured)
+    speed = _figure(document, "samples_per_s")
+    assert speed["verdict"] == "inside band" and speed["ratio"] == pytest.approx(1000 / 900)
+    slower = tmp_path / "slower.json"
+    slower.write_text(json.dumps(_plan_document(line, 450.0)))
+    document = _json(capsys, str(plan), str(slower))  # plan against plan: hours and dollars too
+    assert {"samples_per_s", "hours_per_run", "usd_per_run"} <= {f["figure"] for f in document["pairs"][0]["figures"]}

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bench.results.keys import Key, configuration_key, sort_key, variant
+from bench.results.keys import Key, configuration_key, key_columns, sort_key, variant
 from bench.units import GIB
 
 NOISE_THRESHOLD = 0.10
@@ -217,16 +217,19 @@ def entries_from_plan(options: Iterable[Mapping[str, Any]]) -> list[Entry]:
             figures["peak_memory_gib"] = Value(peak)
         device = str(line.get("gpu") or "cuda")
         instance = str(option.get("instance") or "") or None
-        entries.append(Entry(configuration_key(line), f"{label_of(line)} @ {instance or device}", "plan", device,
+        # A plan's line names only some axes (cost.csv's columns): its key holds those, and matches on them alone.
+        unstated = [name for name in key_columns() if name not in line]
+        entries.append(Entry(configuration_key(line, ignore=unstated), f"{label_of(line)} @ {instance or device}", "plan", device,
                              instance, figures))
     return entries
 
 
 def _matches(a: Entry, b: Entry) -> bool:
-    """Same configuration; and where either side is computed (a prediction, an estimate, a plan), for the same
-    device (an estimate for any GPU matches every GPU) and, between two plans, the same instance. Two measured
-    rows match across devices: comparing machines is what they are for."""
-    if a.key != b.key:
+    """Same configuration (in the axes both keys hold: a plan's names fewer); and where either side is computed (a
+    prediction, an estimate, a plan), for the same device (an estimate for any GPU matches every GPU) and, between
+    two plans, the same instance. Two measured rows match across devices: comparing machines is what they are for."""
+    shared = set(dict(a.key)) & set(dict(b.key))
+    if [item for item in a.key if item[0] in shared] != [item for item in b.key if item[0] in shared]:
         return False
     if a.instance and b.instance and a.instance != b.instance:
         return False
