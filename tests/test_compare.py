@@ -175,3 +175,17 @@ def test_a_plan_is_compared_with_a_measurement_on_the_axes_it_names(tmp_path, ca
     slower.write_text(json.dumps(_plan_document(line, 450.0)))
     document = _json(capsys, str(plan), str(slower))  # plan against plan: hours and dollars too
     assert {"samples_per_s", "hours_per_run", "usd_per_run"} <= {f["figure"] for f in document["pairs"][0]["figures"]}
+
+
+def test_the_report_sets_the_prediction_beside_each_measured_gpu_cell(tmp_path):
+    from bench.report import build_report
+
+    predicted = next(r for r in read_text(PREDICTED_RUNS, PREDICTED_COLUMNS).rows
+                     if r["gpu"] == "A100-40GB" and r["status"] == "predicted")
+    inside = (float(predicted["samples_per_s_low"]) + float(predicted["samples_per_s_high"])) / 2
+    _, measured, _ = _prediction_and_measurement(tmp_path, inside)  # tmp_path/predicted beside tmp_path/a100
+    report = "\n".join(build_report(tmp_path / "a100")[-1].read_text().splitlines())
+    assert "## Predicted beside measured" in report
+    error = 100 * (float(predicted["samples_per_s"]) / inside - 1)
+    assert f"- speed: 1 cells, median error {abs(error):.0f} %, 1 of 1 inside the band" in report
+    assert "- peak memory: 1 cells, median error 0 %, no band stated" in report

@@ -28,7 +28,7 @@ from bench.report.tables import (
 )
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs
-from bench.results.schema import ESTIMATE_COLUMNS
+from bench.results.schema import ESTIMATE_COLUMNS, PREDICTED_COLUMNS
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
 _PNG_METADATA = {"Software": None}
@@ -62,8 +62,32 @@ def build_report(folder: Path) -> list[Path]:
     if not accuracy.empty:
         written.append(_write(folder / "estimate_vs_measured.csv", accuracy.to_csv(index=False)))
     predicted = predicted_accumulation_cost(estimates) if context.profile == "cpu" else pd.DataFrame()
-    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy, predicted)))
+    beside = _predicted_beside_measured(folder, rows)
+    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy, predicted,
+                                                             beside)))
     return written
+
+
+def _predicted_beside_measured(folder: Path, rows: pd.DataFrame) -> list[str]:
+    """The report's section setting the throughput model's predictions (`results/<experiment>/predicted/`, the
+    same GPU) beside each measured cell (`bench.report.compare`); empty without predictions for this device."""
+    from bench.report.compare import compare, entries_from_rows, predicted_beside_measured, prediction_summary
+    from bench.results.read import records
+
+    path = Path(folder).parent / "predicted" / "runs.csv"
+    if Path(folder).name == "predicted" or not path.is_file():
+        return []
+    comparison = compare(entries_from_rows(records(read_runs(path, PREDICTED_COLUMNS)), "predicted"),
+                         entries_from_rows(records(rows), "measured"))
+    if not comparison.pairs:
+        return []
+    return ["## Predicted beside measured", "",
+            "The throughput model's and the estimator's prediction for this GPU (`../predicted/runs.csv`, "
+            "`bench predict`) beside each measured cell: error = predicted / measured - 1; the band is the "
+            "prediction's stated samples/s interval (`samples_per_s_low`..`_high`). `bench compare "
+            "../predicted .` gives every figure.", "",
+            *(f"- {line}" for line in prediction_summary(comparison)), "",
+            markdown_table(pd.DataFrame(predicted_beside_measured(comparison))), ""]
 
 
 def sibling_estimates(folder: Path) -> pd.DataFrame:
@@ -75,7 +99,7 @@ def sibling_estimates(folder: Path) -> pd.DataFrame:
 
 
 def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, cost: pd.DataFrame,
-                 accuracy: pd.DataFrame, predicted: pd.DataFrame) -> str:
+                 accuracy: pd.DataFrame, predicted: pd.DataFrame, beside: list[str]) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in rows.status.value_counts().sort_index().items())
     peak_sources = "; ".join(sorted(set(rows.peak_flops_source) - {""}))
     commits = ", ".join(sorted({commit[:10] for commit in rows.git_commit if commit}))
@@ -112,6 +136,7 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
                   f"Predicted peak (`bench estimate`, no device) over measured, per cell: "
                   f"{int(accuracy.within_10pct.sum())} of {len(accuracy)} within 10 %.", "",
                   markdown_table(accuracy[["cell_id", "peak_ratio", "reserved_ratio", "within_10pct"]].round(3)), ""]
+    lines += beside
     charts = list(CHARTS)
     if has_loader_rows(rows):
         lines += input_section(rows)
