@@ -189,3 +189,19 @@ def test_the_report_sets_the_prediction_beside_each_measured_gpu_cell(tmp_path):
     error = 100 * (float(predicted["samples_per_s"]) / inside - 1)
     assert f"- speed: 1 cells, median error {abs(error):.0f} %, 1 of 1 inside the band" in report
     assert "- peak memory: 1 cells, median error 0 %, no band stated" in report
+
+
+def test_a_cpu_report_with_cpu_profile_estimates_does_not_say_there_is_no_estimate(tmp_path):
+    from bench.report import build_report
+    from bench.results.schema import ESTIMATE_COLUMNS
+
+    rows = [r for r in read_text(CPU_RUNS).rows if r["status"] == "ok"][:4]
+    estimated = [{**r, "status": "estimated", "memory_source": "estimate_tracked_tensors",
+                  "peak_memory_bytes": str(int(int(r["peak_memory_bytes"]) * 1.05))} for r in rows]
+    _write(tmp_path / "exp" / "estimate", estimated, ESTIMATE_COLUMNS)
+    folder = _write(tmp_path / "exp" / "cpu-x", rows)
+    report = build_report(folder)[-1].read_text()
+    assert "## The estimator against the measurement" in report
+    assert "No estimate of the grid as written yet" not in report
+    assert "The estimates beside these rows are of the CPU profile" in report
+    assert "| estimated peak (GiB) | measured peak (GiB) |" in report  # both values, not only their ratio
