@@ -205,3 +205,14 @@ def test_a_cpu_report_with_cpu_profile_estimates_does_not_say_there_is_no_estima
     assert "No estimate of the grid as written yet" not in report
     assert "The estimates beside these rows are of the CPU profile" in report
     assert "| estimated peak (GiB) | measured peak (GiB) |" in report  # both values, not only their ratio
+
+
+def test_the_accumulation_table_carries_a_noisy_rows_flag():
+    import pandas as pd
+
+    from bench.report.tables import accumulation_cost
+    from bench.results.read import read_runs
+
+    rows = read_runs(CPU_RUNS)
+    table = accumulation_cost(rows.assign(noisy=pd.array([True] * len(rows), dtype="boolean")))
+    assert len(table) and table["flags"].str.contains("large NOISY; accumulated NOISY").all()
