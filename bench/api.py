@@ -23,9 +23,10 @@ if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
     from bench.memory.estimate import Estimate
     from bench.measure.device import DeviceInfo
     from bench.memory.probe import OnTrial, ProbeResult
+    from bench.report.compare import Comparison
 
 __all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan", "read_rows", "load_for_device",
-           "plan_rows", "PlanRows"]
+           "plan_rows", "PlanRows", "compare"]
 
 
 def load_grid(path: str | Path, profile: Literal["cuda", "cpu"] = "cuda") -> Grid:
@@ -248,6 +249,61 @@ def read_rows(folder: str | Path) -> pd.DataFrame:
     if not runs.is_file():
         raise ResultsFileError(f"{runs}: no runs file here; name a results folder such as results/smoke/<device-tag>")
     return read_runs(runs)
+
+
+def compare(a: str | Path, b: str | Path, *, threshold: float = 0.10) -> Comparison:
+    """Rows of `a` and `b` side by side (`bench compare A B`): each a results folder, a runs file (measured,
+    estimated or predicted rows) or a plan's JSON document (`bench plan --format json`). Rows are matched on the
+    configuration key; each figure both have gets both values, the ratio B/A and whether the difference is real
+    (`bench.report.compare`). `threshold`: the noise taken where neither row keeps a spread. Returns a
+    `bench.report.compare.Comparison`; a missing or unreadable side, or no matching row, raises
+    `bench.errors.ResultsFileError` with a one-line message."""
+    from bench.errors import ResultsFileError
+    from bench.report.compare import compare as compare_entries
+
+    sides = [_compare_side(Path(path)) for path in (a, b)]
+    for path, (entries, _) in zip((a, b), sides):
+        if not entries:
+            raise ResultsFileError(f"{path}: no rows with figures to compare (only failed cells, or none)")
+    result = compare_entries(sides[0][0], sides[1][0], a_source=str(a), b_source=str(b), threshold=threshold,
+                             left_out=(sides[0][1], sides[1][1]))
+    if not result.pairs:
+        raise ResultsFileError(f"{b}: none of its {len(sides[1][0])} rows matches one of the {len(sides[0][0])} of "
+                               f"{a} (same configuration; for a prediction or plan, the same GPU)")
+    return result
+
+
+def _compare_side(path: Path):
+    """A side of `compare`: its entries and how many rows had no figures (failed cells)."""
+    from bench.errors import ResultsFileError
+    from bench.report.compare import entries_from_plan, entries_from_rows
+    from bench.results.read import file_schema, read_runs, records
+
+    allowed = "a results folder, a runs file (runs.csv) or a plan's JSON (bench plan --format json)"
+    runs = path / "runs.csv" if path.is_dir() else path
+    if not path.exists():
+        raise ResultsFileError(f"{path}: no such file or folder; pass {allowed}")
+    if path.is_dir() and not runs.is_file():
+        raise ResultsFileError(f"{path}: no runs.csv in this folder; pass {allowed}")
+    if runs.suffix == ".json":
+        try:
+            document = json.loads(runs.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ResultsFileError(f"{runs}: not a JSON document ({exc}); pass {allowed}") from None
+        if not isinstance(document, dict) or document.get("command") != "plan" or \
+                not isinstance(document.get("options"), list):
+            raise ResultsFileError(f"{runs}: not a plan's JSON (no \"command\": \"plan\" with options); pass {allowed}")
+        options = [option for option in document["options"] if isinstance(option, dict)]
+        return entries_from_plan(options), len(document["options"]) - len(options)
+    if runs.suffix != ".csv":
+        raise ResultsFileError(f"{runs}: not a kind of file compare reads (.csv or .json); pass {allowed}")
+    schema = file_schema(runs)
+    if schema.kind == "autotune":
+        raise ResultsFileError(f"{runs}: the estimator's largest batches (bench claims), not rows with figures; "
+                               f"pass {allowed}")
+    rows = records(read_runs(runs, schema.columns))
+    entries = entries_from_rows(rows, schema.kind)
+    return entries, len(rows) - len(entries)
 
 
 def _assumptions(scaling_efficiency: float | None, headroom: float | None, allow_cpu_projection: bool):

@@ -3,6 +3,7 @@
 from bench.commands import (
     catalog,
     claims,
+    compare,
     cost,
     data,
     equivalence,
@@ -14,4 +15,4 @@ from bench.commands import (
     speed,
 )
 
-GROUPS = (grids, measure, data, report, cost, catalog, memory, speed, equivalence, claims, peak)
+GROUPS = (grids, measure, data, report, compare, cost, catalog, memory, speed, equivalence, claims, peak)

@@ -8,6 +8,7 @@ EXAMPLES = {
     "run": "bench run experiments/smoke.toml",
     "data": "bench data make --images 256",
     "data make": "bench data make --images 256",
+    "compare": "bench compare results/resnet50/predicted results/resnet50/<device-tag>",
     "report": "bench report results/resnet50/cpu-amd-epyc-f25m17-avx512bf16-2c",
     "cost": "bench cost results/resnet50/predicted --provider aws",
     "plan": "bench plan vit_large_patch16_224 --effective-batch 4096 --image-size 224",

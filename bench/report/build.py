@@ -28,7 +28,7 @@ from bench.report.tables import (
 )
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs
-from bench.results.schema import ESTIMATE_COLUMNS
+from bench.results.schema import ESTIMATE_COLUMNS, PREDICTED_COLUMNS
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
 _PNG_METADATA = {"Software": None}
@@ -62,8 +62,32 @@ def build_report(folder: Path) -> list[Path]:
     if not accuracy.empty:
         written.append(_write(folder / "estimate_vs_measured.csv", accuracy.to_csv(index=False)))
     predicted = predicted_accumulation_cost(estimates) if context.profile == "cpu" else pd.DataFrame()
-    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy, predicted)))
+    beside = _predicted_beside_measured(folder, rows)
+    written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy, predicted,
+                                                             beside, estimates)))
     return written
+
+
+def _predicted_beside_measured(folder: Path, rows: pd.DataFrame) -> list[str]:
+    """The report's section setting the throughput model's predictions (`results/<experiment>/predicted/`, the
+    same GPU) beside each measured cell (`bench.report.compare`); empty without predictions for this device."""
+    from bench.report.compare import compare, entries_from_rows, predicted_beside_measured, prediction_summary
+    from bench.results.read import records
+
+    path = Path(folder).parent / "predicted" / "runs.csv"
+    if Path(folder).name == "predicted" or not path.is_file():
+        return []
+    comparison = compare(entries_from_rows(records(read_runs(path, PREDICTED_COLUMNS)), "predicted"),
+                         entries_from_rows(records(rows), "measured"))
+    if not comparison.pairs:
+        return []
+    return ["## Predicted beside measured", "",
+            "The throughput model's and the estimator's prediction for this GPU (`../predicted/runs.csv`, "
+            "`bench predict`) beside each measured cell: error = predicted / measured - 1; the band is the "
+            "prediction's stated samples/s interval (`samples_per_s_low`..`_high`). `bench compare "
+            "../predicted .` gives every figure.", "",
+            *(f"- {line}" for line in prediction_summary(comparison)), "",
+            markdown_table(pd.DataFrame(predicted_beside_measured(comparison))), ""]
 
 
 def sibling_estimates(folder: Path) -> pd.DataFrame:
@@ -75,7 +99,7 @@ def sibling_estimates(folder: Path) -> pd.DataFrame:
 
 
 def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, cost: pd.DataFrame,
-                 accuracy: pd.DataFrame, predicted: pd.DataFrame) -> str:
+                 accuracy: pd.DataFrame, predicted: pd.DataFrame, beside: list[str], estimates: pd.DataFrame) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in rows.status.value_counts().sort_index().items())
     peak_sources = "; ".join(sorted(set(rows.peak_flops_source) - {""}))
     commits = ", ".join(sorted({commit[:10] for commit in rows.git_commit if commit}))
@@ -89,7 +113,7 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
         f"- MFU/HFU peak: {peak_sources or 'none known (MFU left empty)'}.",
         f"- Harness commit(s): {commits or 'unknown'}.",
         "",
-        *_cpu_scope(rows, context, predicted),
+        *_cpu_scope(rows, context, predicted, estimates),
         "## What accumulation costs" + (" on this CPU, at the profile's size" if context.profile == "cpu" else ""),
         "",
         "Large-batch end against the most-accumulated end at the same effective batch "
@@ -111,7 +135,8 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
         lines += ["## The estimator against the measurement", "",
                   f"Predicted peak (`bench estimate`, no device) over measured, per cell: "
                   f"{int(accuracy.within_10pct.sum())} of {len(accuracy)} within 10 %.", "",
-                  markdown_table(accuracy[["cell_id", "peak_ratio", "reserved_ratio", "within_10pct"]].round(3)), ""]
+                  markdown_table(_estimate_table(accuracy)), ""]
+    lines += beside
     charts = list(CHARTS)
     if has_loader_rows(rows):
         lines += input_section(rows)
@@ -122,7 +147,35 @@ def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, c
     return "\n".join(lines)
 
 
-def _cpu_scope(rows: pd.DataFrame, context: ReportContext, predicted: pd.DataFrame) -> list[str]:
+def _estimate_table(accuracy: pd.DataFrame) -> pd.DataFrame:
+    """The estimator against the measurement per cell: both peaks, not only their ratio."""
+    from bench.units import GIB
+
+    return pd.DataFrame({"cell_id": accuracy.cell_id,
+                         "estimated peak (GiB)": (accuracy.peak_memory_bytes_estimated / GIB).round(3),
+                         "measured peak (GiB)": (accuracy.peak_memory_bytes_measured / GIB).round(3),
+                         "peak_ratio": accuracy.peak_ratio.round(3), "reserved_ratio": accuracy.reserved_ratio.round(3),
+                         "within_10pct": accuracy.within_10pct})
+
+
+def _no_prediction_note(estimates: pd.DataFrame) -> str:
+    """Why the grid as written has no predicted table: no estimate at all, estimates of the CPU profile only (those
+    the section against the measurement uses), or one split only. Each case says so, so no section contradicts
+    another."""
+    if estimates.empty:
+        return ("_No estimate of the grid as written yet: `bench estimate <grid file>` predicts its peak memory "
+                "without a device._")
+    if not (estimates.profile == "cuda").any():
+        return ("_The estimates beside these rows are of the CPU profile (set against the measurement below); none of "
+                "the grid as written yet: `bench estimate <grid file>` (profile cuda) predicts its peak memory without "
+                "a device._")
+    return ("_The estimate of the grid as written (`../estimate/runs.csv`) holds no large batch and accumulated split "
+            "of one configuration (checkpointing off, same optimizer and effective batch): no accumulation cost to "
+            "predict._")
+
+
+def _cpu_scope(rows: pd.DataFrame, context: ReportContext, predicted: pd.DataFrame,
+               estimates: pd.DataFrame) -> list[str]:
     """A CPU-profile report opens with what it can and cannot show, and the 224 px answer beside it."""
     if context.profile != "cpu":
         return []
@@ -131,8 +184,7 @@ def _cpu_scope(rows: pd.DataFrame, context: ReportContext, predicted: pd.DataFra
     if drift:
         lines += [drift, ""]
     if predicted.empty:
-        return lines + ["_No estimate of the grid as written yet: `bench estimate <grid file>` predicts its peak "
-                        "memory without a device._", ""]
+        return lines + [_no_prediction_note(estimates), ""]
     return lines + ["### The grid as written, predicted (memory estimator, no device)", "",
                     "Predicted `max_memory_allocated` at the large-batch end and the most-accumulated end (checkpointing "
                     "off, same optimizer), from `../estimate/runs.csv`. Memory only: an estimate has no time.", "",

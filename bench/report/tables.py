@@ -165,7 +165,15 @@ def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accum
         "95 % interval (%)": _lost_interval(large, accumulated) if both_ok else None,
         "MFU large (%)": value(large, "mfu_pct", 2),
         "MFU accumulated (%)": value(accumulated, "mfu_pct", 2),
+        "flags": "; ".join(f"{end} {flags}" for end, row in (("large", large), ("accumulated", accumulated))
+                           if (flags := _flags(row))),
     }
+
+
+def _flags(row: pd.Series) -> str:
+    """`NOISY LOADED remeasured`: what the cell table's spread says about a row's timing, for every other table."""
+    return " ".join(word for word, column in (("NOISY", "noisy"), ("LOADED", "loaded"), ("remeasured", "remeasured"))
+                    if _true(row.get(column)))
 
 
 def _lost_interval(large: pd.Series, accumulated: pd.Series) -> str:
@@ -232,7 +240,8 @@ def predicted_accumulation_cost(estimates: pd.DataFrame) -> pd.DataFrame:
     table = accumulation_cost(cuda)
     if table.empty:
         return table
-    table = table.drop(columns=["throughput lost (%)", "95 % interval (%)", "MFU large (%)", "MFU accumulated (%)"])
+    table = table.drop(columns=["throughput lost (%)", "95 % interval (%)", "MFU large (%)", "MFU accumulated (%)",
+                                "flags"])
     if "image_size" in table:  # the configurations compared differ in size: each line has its own
         table.insert(1, "image (px)", table.pop("image_size").astype(int))
     else:
