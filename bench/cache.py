@@ -2,8 +2,9 @@
 
 An entry is one JSON file named by the digest of its key; the key holds what the answer depends on:
 the inputs, the torch and timm versions, and the digest of bench's own source that computes it, so an
-upgrade or an edited checkout never reads an old answer. A file that cannot be read, or whose stored key
-is not the one asked for, is ignored with one warning on stderr and recomputed: never a wrong answer.
+upgrade or an edited checkout never reads an old answer. A file that cannot be read, is not UTF-8 JSON, whose
+stored key is not the one asked for, or whose value its namespace's `check` refuses (a peak of NaN, -1 or `true`,
+a row of `{}`) is ignored with one warning on stderr and recomputed: never a wrong answer.
 `BENCH_NO_CACHE=1` (the commands' `--no-cache`) bypasses it, reading and writing nothing.
 """
 
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 CACHE_ENV = "BENCH_CACHE_DIR"
 NO_CACHE_ENV = "BENCH_NO_CACHE"
@@ -74,11 +76,14 @@ class DiskCache:
     [1, 2]
     """
 
-    def __init__(self, namespace: str, sources: Iterable[str], root: Path | None = None):
+    def __init__(self, namespace: str, sources: Iterable[str], root: Path | None = None,
+                 check: Callable[[Any], str | None] | None = None):
         self.namespace = namespace
         self.sources = tuple(sources)
         self.root = root
         """The cache folder (None: `cache_dir()`, read when used)."""
+        self.check = check
+        """What is wrong with a stored value (None: nothing), so a value a caller cannot use is recomputed."""
 
     def _full_key(self, key: dict[str, Any]) -> dict[str, Any]:
         return {"format": FORMAT, "namespace": self.namespace, **package_versions(),
@@ -95,18 +100,21 @@ class DiskCache:
         full_key = self._full_key(key)
         path = self._path(full_key)
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
             return _ignored(path, exc.strerror or str(exc))
         try:
-            entry = json.loads(text)
+            entry = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError:  # a ValueError too, but a different damage
+            return _ignored(path, "not UTF-8")
         except ValueError:
             return _ignored(path, "not JSON")
         if not isinstance(entry, dict) or entry.get("key") != json.loads(json.dumps(full_key)) or "value" not in entry:
             return _ignored(path, "written for another key or layout")
-        return entry["value"]
+        problem = self.check(entry["value"]) if self.check else None
+        return _ignored(path, f"its value is {problem}") if problem else entry["value"]
 
     def put(self, key: dict[str, Any], value: Any) -> None:
         """Store `value` (JSON-serialisable) atomically; a cache that cannot be written is skipped silently:
@@ -130,3 +138,14 @@ class DiskCache:
 def _ignored(path: Path, reason: str) -> None:
     print(f"bench: warning: ignoring cache file {path} ({reason}); recomputing", file=sys.stderr)
     return None
+
+
+def byte_count_problem(value: Any) -> str | None:
+    """What makes `value` no count of bytes (a peak), or None: a finite number above 0, not true/false.
+
+    >>> byte_count_problem(2.5e9), byte_count_problem(float("nan")), byte_count_problem(True)
+    (None, 'not a finite number of bytes above 0: nan', 'not a finite number of bytes above 0: True')
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return None
+    return f"not a finite number of bytes above 0: {value!r}"[:120]

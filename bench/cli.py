@@ -5,14 +5,18 @@ one line and exit 2. Third-party warnings go to a log file, never into an answer
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 from bench.cache import NO_CACHE_ENV
 from bench.commands import GROUPS
@@ -72,9 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if getattr(args, "no_cache", False):  # an environment variable, so the processes it starts bypass it too
             os.environ[NO_CACHE_ENV] = "1"
-        if as_json and getattr(args, "text_only", False):
-            return text_answer(args.command, args.handler, args)
-        return args.handler(args)
+        with _terminate_as_interrupt():
+            if as_json and getattr(args, "text_only", False):
+                return text_answer(args.command, args.handler, args)
+            return args.handler(args)
     except BadInput as exc:
         print(f"{getattr(exc, 'prog', 'bench')}: {exc}", file=sys.stderr)
         if as_json:  # the contract of docs/json.md: one object on stdout, exit 2
@@ -89,6 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         if not _caused_by_interrupt(exc):
             raise
         return _interrupted()
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """The one signal policy of every command: SIGTERM (`kill`, `timeout`) unwinds like Ctrl-C, so a runner kills
+    the cell it waits for, the results lock and temporary files go in their `finally`, and the command says so in
+    one line and exits 130. The handler before it is put back after (a caller of `main` keeps its own)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _interrupted() -> int:

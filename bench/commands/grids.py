@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -104,8 +103,6 @@ def run_grids(args: argparse.Namespace) -> int:
         run_grid,
     )
 
-    # SIGTERM unwinds like Ctrl-C, so the runner's cleanup kills the cell it is waiting for.
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     slurm = SlurmOptions(folder=args.slurm_folder or args.results / "slurm_jobs", partition=args.slurm_partition,
                          gpus_per_node=args.slurm_gpus_per_node, cpus_per_task=args.slurm_cpus_per_task,
                          time_min=args.slurm_time_min)
@@ -170,7 +167,3 @@ def data_for(grids: list[Grid], data_dir: Path | None):
     print(f"data: {data.columns['data_set']} ({data.columns['data_source']}): {len(data):,} images, "
           f"{mb(data.columns['data_bytes'])}, {data.classes} classes")
     return data
-
-
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")

@@ -207,7 +207,7 @@ def _read_rows(path: Path) -> list[tuple[int, dict[str, str]]]:
     if path.is_dir():
         raise CatalogError(f"{name}: is a directory; pass a SkyPilot vms.csv file (catalogs/<version>/<cloud>/vms.csv)")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # a BOM (a spreadsheet's "CSV UTF-8") is not part of the header
     except OSError as exc:
         raise CatalogError(f"{name}: cannot read it ({exc.strerror})") from None
     except UnicodeDecodeError as exc:

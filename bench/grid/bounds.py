@@ -133,7 +133,7 @@ def check_model_bounds(grid: Grid, bounds_of: BoundsOf) -> None:
 def _key(grid: Grid, axis: str, value: Any) -> str:
     """Where the grid file sets `axis` to `value`: `grid.image_size[1]`, or the profile's override of it."""
     try:
-        raw = tomllib.loads(grid.path.read_text())
+        raw = tomllib.loads(grid.path.read_bytes().decode("utf-8-sig"))
     except (OSError, ValueError):
         return f"grid.{axis}"
     override = raw.get("profile", {}).get(grid.profile, {}).get("grid", {})

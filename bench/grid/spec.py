@@ -213,6 +213,27 @@ class RunSettings(_Strict):
         return value
 
 
+def cell_bounds() -> dict[str, tuple[int, int]]:
+    """The smallest and largest value a grid can give each whole-number `Cell` field (and the batches derived from
+    them), read from the grid's own validators: a runs file's row is checked against the same numbers.
+
+    >>> cell_bounds()["micro_batch"], cell_bounds()["image_size"], cell_bounds()["seed"]
+    ((1, 65536), (1, 4096), (0, 4294967295))
+    """
+    def limits(metadata: list) -> tuple[int, int]:
+        low = next((m.ge if hasattr(m, "ge") else m.gt + 1 for m in metadata if hasattr(m, "ge") or hasattr(m, "gt")))
+        return low, next(m.le for m in metadata if hasattr(m, "le"))
+
+    bounds = {name: limits(get_args(_value_type(name))[1].metadata) for name, kind in field_types().items()
+              if kind is int and (name in PAIR_FIELDS or name in axes())}
+    bounds["effective_batch"] = limits(GridAxes.model_fields["effective_batch"].metadata)
+    bounds["global_batch"] = (bounds["effective_batch"][0] * bounds["world_size"][0],
+                              bounds["effective_batch"][1] * bounds["world_size"][1])
+    for name in ("warmup_steps", "measured_steps", "seed"):  # the Cell's copies of the grid's run settings
+        bounds[name] = limits(RunSettings.model_fields[name].metadata)
+    return bounds
+
+
 class ProfileSection(_Strict):
     """Overrides for a device profile; keys are checked against [grid] and [run]."""
 
@@ -356,8 +377,8 @@ def with_world_size(grid: Grid, world_size: int) -> Grid:
 
 def _read_toml(path: Path) -> dict:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        # A BOM (Windows editors' "UTF-8 with signature") is not part of the first key.
+        return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except FileNotFoundError:
         raise GridFileError(f"{path}: no such grid file") from None
     except IsADirectoryError:
@@ -505,9 +526,10 @@ def timm_model_names() -> frozenset[str]:
 
     if "timm" in sys.modules:
         return frozenset(sys.modules["timm"].list_models())
-    store = DiskCache("timm-models", sources=())
+    store = DiskCache("timm-models", sources=(), check=lambda names: None if isinstance(names, list) and all(
+        isinstance(name, str) for name in names) else "not a list of model names")
     cached = store.get({})
-    if isinstance(cached, list) and all(isinstance(name, str) for name in cached):
+    if cached is not None:
         return frozenset(cached)
     import timm  # slow: only when the cache cannot answer
 

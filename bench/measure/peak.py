@@ -72,7 +72,7 @@ def stored_peak(device: DeviceInfo, precision: str, results_root: Path) -> dict 
     path = peaks_file(device, results_root)
     if not path.is_file():
         return None
-    for row in csv.DictReader(path.read_text().splitlines()):
+    for row in csv.DictReader(path.read_text(encoding="utf-8-sig").splitlines()):
         if row["precision"] == precision and int(row["threads"]) == device.threads and quiet_peak(row, device):
             return row
     return None
@@ -101,7 +101,8 @@ def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: P
                             "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
                             "measured_utc": measured_utc, "torch_version": torch.__version__,
                             "foreign_load_cores": "" if foreign is None else round(foreign, 3)}
-    kept = [row for row in (csv.DictReader(path.read_text().splitlines()) if path.is_file() else [])
+    lines = path.read_text(encoding="utf-8-sig").splitlines() if path.is_file() else []
+    kept = [row for row in csv.DictReader(lines)
             if not (row["precision"] in fresh and int(row["threads"]) == device.threads)]
     kept = [{column: row.get(column, "") for column in STORED_COLUMNS} for row in kept]  # an older file's rows
     buffer = io.StringIO()

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from bench.cache import ESTIMATOR_SOURCES, DiskCache
+from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
+from bench.errors import ResultsFileError
 from bench.grid.cell import Cell
 from bench.grid.spec import Grid
 from bench.measure.device import DeviceInfo
@@ -30,6 +31,7 @@ from bench.memory.estimate import (
 from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
 from bench.results.provenance import provenance, utc_now
+from bench.results.read import SET_ASIDE_HINT, cell_text, check_row
 from bench.results.rows import cell_row, failure_from, memory_columns
 from bench.results.schema import ESTIMATE_COLUMNS
 from bench.results.store import RunsFile, preflight, results_folder
@@ -79,7 +81,7 @@ def estimated_row(cell: Cell, target: Target, models: FakeModels | None = None) 
     and kept in the disk cache (`bench.cache`): the same cell in another grid or run is not traced again."""
     key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": target}
     stored = _ROWS.get(key)
-    if isinstance(stored, dict):
+    if stored is not None:
         return stored
     estimate = estimate_cell(cell, target, models, accum_steps=min(cell.accum_steps, 2))
     row = estimate_row(cell, replace(estimate, traced=repeat_micro_steps(estimate.traced, cell.accum_steps)))
@@ -87,8 +89,21 @@ def estimated_row(cell: Cell, target: Target, models: FakeModels | None = None) 
     return row
 
 
+def _cached_row_problem(value: Any) -> str | None:
+    """What makes a cached value no `estimate_row` outcome (read as a runs file's row is), or None."""
+    if not isinstance(value, dict) or value.get("status") != "estimated" or not set(value) <= set(ESTIMATE_COLUMNS):
+        return "not an estimated row"
+    if any(field is not None and not isinstance(field, (str, int, float)) for field in value.values()):
+        return "not a row of plain values"
+    try:
+        check_row({name: cell_text(field) for name, field in value.items()}, ESTIMATE_COLUMNS, "the row")
+    except ResultsFileError as exc:
+        return str(exc).removesuffix(f"; {SET_ASIDE_HINT}")
+    return byte_count_problem(value.get("peak_memory_bytes"))
+
+
 _ROWS = DiskCache("estimate-rows", sources=(*ESTIMATOR_SOURCES, "memory/estimate_grid.py", "results/rows.py",
-                                            "results/schema.py"))
+                                            "results/schema.py"), check=_cached_row_problem)
 
 
 def repeat_micro_steps(traced: TracedStep, accum_steps: int) -> TracedStep:

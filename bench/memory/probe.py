@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from bench.cache import ESTIMATOR_SOURCES, DiskCache
+from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
 from bench.errors import BadInput
 from bench.frames import Tabular
 from bench.grid.cell import Cell, Profile, axes, probe_options
@@ -230,7 +230,7 @@ SECANT_STEPS = 2
 is affine in the micro-batch only once activations set it (at small sizes the optimizer step may)."""
 
 
-_PEAKS = DiskCache("estimated-peaks", sources=ESTIMATOR_SOURCES)
+_PEAKS = DiskCache("estimated-peaks", sources=ESTIMATOR_SOURCES, check=byte_count_problem)
 
 
 def estimated_peak_bytes(cell: Cell, target: Target, models: FakeModels | None = None) -> tuple[float, bool]:
@@ -243,7 +243,7 @@ def estimated_peak_bytes(cell: Cell, target: Target, models: FakeModels | None =
     cell = replace(cell, accum_steps=min(cell.accum_steps, 2))
     key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": target}
     stored = _PEAKS.get(key)
-    if isinstance(stored, (int, float)):
+    if stored is not None:
         return float(stored), False
     estimate = estimate_cell(cell, target, models or FakeModels())
     peak = float(estimate.peak_reserved_bytes if target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes)

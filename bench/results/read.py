@@ -72,6 +72,11 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
     except OSError as exc:
         raise ResultsFileError(f"{path}: cannot be read as a runs file ({exc.strerror or exc})") from None
     cut = data.rfind(b"\n") + 1
+    if b"\r" in data[cut:]:  # not an append cut short: lines ended by CR alone, which setting aside would take whole
+        line = data[:cut].count(b"\n") + 1
+        raise ResultsFileError(f"{path}: line {line}: lines end with a carriage return alone "
+                               "(CR, classic Mac OS line endings); a runs file's lines end with LF or CRLF: convert "
+                               "them (e.g. tr '\\r' '\\n'); the file is left as it is")
     try:
         text = data[:cut].decode("utf-8-sig")  # a BOM (a spreadsheet's "CSV UTF-8") is not part of the header
     except UnicodeDecodeError as exc:
@@ -80,6 +85,12 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader, [])
+        repeated = next((name for index, name in enumerate(header) if name in header[:index]), None)
+        if repeated is not None:  # rows would keep one of its fields and drop the other
+            first = header.index(repeated)
+            raise ResultsFileError(f"{path}: column {repeated!r} appears twice in the header (fields {first + 1} "
+                                   f"and {header.index(repeated, first + 1) + 1}); each column once: fix the header "
+                                   "or move the file aside")
         unknown = [name for name in header if name not in columns]
         if unknown:
             raise ResultsFileError(f"{path}: column {unknown[0]!r} is not in this version's schema; "
@@ -134,7 +145,8 @@ skipped, timeout; move that line into a side file (e.g. runs.csv.bad) to keep th
     """
     statuses = statuses_of(columns)
     for name, value in row.items():
-        problem = _field_problem(name, value, getattr(columns.get(name), "type", "str"), statuses)
+        column = columns.get(name)  # a column given without a type (a caller's own list of names) is text
+        problem = _field_problem(name, value, column if isinstance(column, Column) else Column("str"), statuses)
         if problem:
             shown = value if len(value) <= 60 else value[:57] + "..."
             raise ResultsFileError(f"{where}, column {name}: {shown!r} is not {problem}; {SET_ASIDE_HINT}")
@@ -150,8 +162,9 @@ def statuses_of(columns: dict[str, Column]) -> tuple[Status, ...]:
     return next((schema.statuses for schema in SCHEMAS.values() if schema.columns == columns), STATUSES)
 
 
-def _field_problem(name: str, value: str, kind: str, statuses: tuple[Status, ...]) -> str | None:
+def _field_problem(name: str, value: str, column: Column, statuses: tuple[Status, ...]) -> str | None:
     """What `value` should have been, or None when it is fine (`statuses`: those a row of its kind may have)."""
+    kind = column.type
     if "\x00" in value:  # no writer puts a NUL byte in a field: a damaged file
         return "text (it holds a NUL byte)"
     if name == "cell_id":
@@ -172,9 +185,16 @@ def _field_problem(name: str, value: str, kind: str, statuses: tuple[Status, ...
         number = float(value)
     except ValueError:
         return "a whole number" if kind == "int" else "a number"
-    if kind == "int" and not (math.isfinite(number) and number == round(number)):
-        return "a whole number"
+    if not math.isfinite(number):  # inf, nan, 1e400: no measurement or configuration is one
+        return "a finite number" if kind == "float" else _whole_number(column)
+    if kind == "int" and not (number == round(number) and column.minimum <= number <= column.maximum):
+        return _whole_number(column)
     return None
+
+
+def _whole_number(column: Column) -> str:
+    """A whole-number column's allowed values, in words: `a whole number from 1 to 65,536`."""
+    return f"a whole number from {column.minimum:,} to {column.maximum:,}"
 
 
 def read_runs(path: Path, columns: dict[str, Column] = COLUMNS) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bench.grid.cell import extra_axis_defaults, field_docs, field_types
+from bench.grid.spec import cell_bounds
 from bench.results.provenance import PROVENANCE_COLUMNS
 
 ColumnType = Literal["str", "int", "float", "bool", "json"]
@@ -21,11 +22,20 @@ Status = Literal["ok", "oom", "error", "timeout", "skipped", "estimated", "predi
 STATUSES: tuple[Status, ...] = typing.get_args(Status)
 
 
+INT64_MAX = 2**63 - 1
+"""Largest whole number a typed column holds (pandas' Int64)."""
+
+
 @dataclass(frozen=True)
 class Column:
     type: ColumnType
     """How the text is read: whole number, number, true/false, JSON or text (`bench.results.read`)."""
     doc: str = ""
+    minimum: int = 0
+    """Smallest whole number allowed (a configuration column: the grid's own bound, `bench.grid.spec.cell_bounds`;
+    any other whole number counts something, so is at least 0). Numbers of a `float` column are finite."""
+    maximum: int = INT64_MAX
+    """Largest whole number allowed."""
 
 
 def _cell_columns() -> dict[str, Column]:
@@ -35,11 +45,12 @@ def _cell_columns() -> dict[str, Column]:
                "ddp_sync": ("global_batch", "effective_batch x world_size: samples per optimizer step across "
                                             "all processes")}
     kinds = {int: "int", bool: "bool", str: "str"}
+    bounds = cell_bounds()  # a row holds what a grid may ask for, no more
     columns = {"cell_id": Column("str", "stable id: readable configuration plus a hash of every cell field")}
     for name, doc in field_docs().items():
-        columns[name] = Column(kinds.get(field_types()[name], "str"), doc)
+        columns[name] = Column(kinds.get(field_types()[name], "str"), doc, *bounds.get(name, ()))
         if name in derived:
-            columns[derived[name][0]] = Column("int", derived[name][1])
+            columns[derived[name][0]] = Column("int", derived[name][1], *bounds[derived[name][0]])
     return columns
 
 
@@ -232,7 +243,7 @@ throughput model's."""
 
 AUTOTUNE_COLUMNS: dict[str, Column] = {
     "cell_id": Column("str", "probe-<model>-<size>px-<precision>-<optimizer>-<gpu>"),
-    "gpu": Column("str", "catalog GPU key"), "model": Column("str"), "image_size": Column("int"),
+    "gpu": Column("str", "catalog GPU key"), "model": Column("str"), "image_size": COLUMNS["image_size"],
     "precision": Column("str"), "checkpointing": Column("str"), "optimizer": Column("str"),
     "budget_bytes": Column("int", "the GPU's nominal memory"),
     "largest_micro_batch": Column("int", "the estimator's largest micro-batch within the budget, no headroom"),

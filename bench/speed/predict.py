@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.cache import ESTIMATOR_SOURCES, DiskCache
+from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
 from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import Grid
@@ -377,7 +377,18 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
     return Traced(*points, traced_peak=traced_peak, grads_bytes=params * BYTES_PER_GRADIENT)
 
 
-_TRACES = DiskCache("plan-traces", sources=(*ESTIMATOR_SOURCES, "speed/trace.py", "speed/ops.py"))
+def _cached_trace_problem(value: Any) -> str | None:
+    """What makes a cached value no trace (`_cached_trace`'s dict), or None; its ops are checked as they are read."""
+    if not isinstance(value, dict) or not {"peak_reserved_bytes", "ops", "param_count"} <= set(value):
+        return "not a trace"
+    count = value["param_count"]
+    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
+        return f"a parameter count of {count!r}"[:120]
+    return byte_count_problem(value["peak_reserved_bytes"])
+
+
+_TRACES = DiskCache("plan-traces", sources=(*ESTIMATOR_SOURCES, "speed/trace.py", "speed/ops.py"),
+                    check=_cached_trace_problem)
 
 
 def _cached_trace(cell: Cell, models: FakeModels) -> tuple[float, StepOps, int, bool]:

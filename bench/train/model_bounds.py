@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from typing import Any
 
 from bench.grid.bounds import ModelBounds, cell_problem, check_model_bounds
 from bench.grid.cell import Cell, Profile
@@ -70,20 +71,32 @@ def _cached_bounds(key_text: str) -> ModelBounds | None:
     key = json.loads(key_text)
     store = None if runs_code(key["model"]) else \
         DiskCache("model-bounds", sources=("grid/bounds.py", "train/model_bounds.py", "train/models.py",
-                                           "train/model_build.py"))
+                                           "train/model_build.py"), check=_cached_bounds_problem)
     stored = store.get(key) if store else None
-    if isinstance(stored, dict):
-        try:
-            return ModelBounds(stored["blocks"], stored["full_checkpointing"],
-                               tuple(stored["patch"]) if stored["patch"] else None, stored["pads"])
-        except (KeyError, TypeError):
-            pass  # an entry of another layout: built again below
+    if stored is not None:
+        return ModelBounds(stored["blocks"], stored["full_checkpointing"],
+                           tuple(stored["patch"]) if stored["patch"] else None, stored["pads"])
     bounds = _built_bounds(ModelSpec(key["model"], _BUILD_SIZE, 0, key["in_chans"], key["num_classes"],
                                      key["model_kwargs"]))
     if store and bounds:
         store.put(key, {"blocks": bounds.blocks, "full_checkpointing": bounds.full_checkpointing,
                         "patch": list(bounds.patch) if bounds.patch else None, "pads": bounds.pads})
     return bounds
+
+
+def _cached_bounds_problem(value: Any) -> str | None:
+    """What makes a cached value no `ModelBounds` (as `_cached_bounds` stores it), or None."""
+    def whole(number: Any, least: int) -> bool:
+        return isinstance(number, int) and not isinstance(number, bool) and number >= least
+
+    if not isinstance(value, dict) or set(value) != {"blocks", "full_checkpointing", "patch", "pads"}:
+        return "not a model's bounds"
+    patch = value["patch"]
+    if not (whole(value["blocks"], 0) and isinstance(value["full_checkpointing"], bool)
+            and isinstance(value["pads"], bool)
+            and (patch is None or isinstance(patch, list) and len(patch) == 2 and all(whole(n, 1) for n in patch))):
+        return f"not a model's bounds: {value!r}"[:160]
+    return None
 
 
 def _built_bounds(spec: ModelSpec) -> ModelBounds | None:
