@@ -167,7 +167,7 @@ def plan_run(args: argparse.Namespace) -> int:
     if args.format == "json":
         emit("plan", plan_document(plan, described, args.top, loader[0]))
     else:
-        print(plan_text(plan, described, args.top, *loader, wide=args.wide))
+        print(plan_text(plan, described, args.top, *loader, wide=args.wide, width=_text_width()))
     return 0 if plan.options else 1
 
 
@@ -184,6 +184,15 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
     if args.predict != "never":
         check_reference(model)
     return model, items
+
+
+def _text_width() -> int:
+    """Columns a plan's lines may take: the terminal's (rich's console width) when stdout is one, else the plan's
+    default (`bench.cost.outputs.WIDTH`)."""
+    from bench.cost.outputs import WIDTH
+    from bench.report.console import console
+
+    return console.width if console.is_terminal else WIDTH
 
 
 def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -> None:
@@ -223,7 +232,7 @@ def _plan_rows(args: argparse.Namespace, model: str, rows: list, instances: tupl
     from bench.speed.predict import MEMORY_METHOD
 
     def say(text: str) -> None:
-        print("\n".join(wrapped(text, "  ")), file=sys.stderr, flush=True)
+        print("\n".join(wrapped(text, "  ", _text_width())), file=sys.stderr, flush=True)
 
     fields = model_fields(args, args.image_size)
     found = plan_rows(rows, model=model, effective_batch=args.effective_batch, instances=instances,

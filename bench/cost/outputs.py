@@ -306,18 +306,11 @@ NOT_INCLUDED = ("not included: reading and decoding the data (the speed is the t
 """What a plan's hours and dollars leave out, said once on every plan."""
 
 
-def text_width() -> int:
-    """Columns a plan's lines may take: the terminal's (rich's console width) when stdout is one, else `WIDTH`."""
-    from bench.report.console import console
-
-    return console.width if console.is_terminal else WIDTH
-
-
 def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[LoaderCost] | None = None,
-              loader_source: str = "", wide: bool = False) -> str:
+              loader_source: str = "", wide: bool = False, width: int = WIDTH) -> str:
     """Console text: the ranked options (hours and dollars as ranges where predicted), why the winner wins, then
     what the plan assumes, leaves out and left out, the basis of each option's speed, and the cores that feed the
-    winner. Lines are wrapped at `text_width()` unless `wide`, which adds the feeding and basis columns to the
+    winner. Lines are wrapped at `width` (the command passes the terminal's) unless `wide`, which adds the feeding and basis columns to the
     table."""
     request = plan.request
     sizes = [] if plan.image_size is None else [plan.image_size]
@@ -354,7 +347,7 @@ def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[Loader
         notes.append(f"feeding: {_winner_feeding(plan.options[0], feeds[id(plan.options[0])])}")
     for note in notes:
         indent = note[:len(note) - len(note.lstrip())]
-        out += [note] if wide else wrapped(note.lstrip(), indent)
+        out += [note] if wide else wrapped(note.lstrip(), indent, width)
     return "\n".join(out)
 
 
@@ -379,9 +372,9 @@ def _rank_table(shown: tuple[Option, ...], feeds: dict, wide: bool) -> list[str]
     return lines
 
 
-def wrapped(text: str, indent: str = "") -> list[str]:
-    """`text` in lines of at most `text_width()` characters, continuation lines indented four more spaces."""
-    return textwrap.wrap(text, text_width(), initial_indent=indent, subsequent_indent=indent + "    ",
+def wrapped(text: str, indent: str = "", width: int = WIDTH) -> list[str]:
+    """`text` in lines of at most `width` characters, continuation lines indented four more spaces."""
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "    ",
                          break_long_words=False, break_on_hyphens=False)
 
 
