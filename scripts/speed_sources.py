@@ -104,9 +104,11 @@ def main() -> None:
         "- **The shipped parameters (`bench/data/speed_params.json`) are fitted on every used row above**: "
         "for them, every row is in-sample.",
         "- **The validation (`docs/speed/validation.*`, `bench predict --validate`) holds rows out by refitting**: "
-        "leave-one-GPU-out (the columns `logo_*`) and leave-one-family-out (`lofo_*`). Each held-out "
-        "prediction comes from a fit that never saw that row's GPU or family; the error bands come only from "
-        "those held-out predictions.",
+        "leave-one-GPU-out (columns `logo_*`), leave-one-family-out (`lofo_*`), leave-one-source-out (`loso_*`, "
+        "training sources) and leave-one-generation-out (`logen_*`, training rows of volta and ampere). Each "
+        "held-out prediction comes from a fit that never saw that row's GPU, family, source or generation; the "
+        "80 % bands come only from the held-out predictions of training rows (logo and loso pooled; logen for "
+        "a GPU of a generation without training rows).",
         "- **No row of a Hopper or Blackwell GPU (H100, H200, B200) and no row of the study models "
         "(ResNet-50, ViT-B/16, ViT-L/16) is in the repository**: predictions for them are out of sample by "
         "construction, and their bands say so.", "",
