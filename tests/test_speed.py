@@ -270,6 +270,24 @@ def test_the_study_models_op_mix_is_what_their_layers_are(study_ops):
         assert op_mix(ops.for_step(1)) == ("conv" if model == "resnet50" else "matmul"), (model, precision)
 
 
+def test_the_targets_table_lists_every_slice_with_both_held_out_errors_and_the_committed_coverage():
+    import csv
+
+    from bench.speed.validate import TARGET_SLICES, targets_table
+
+    with (REPO / "docs/speed/validation.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    table = targets_table(rows)
+    train = [row for row in rows if row["mode"] == "train"]
+    assert table[0]["slice"] == "all" and table[0]["rows"] == len(train)
+    for column in TARGET_SLICES:  # every GPU, precision, memory format, family and op mix of a training row
+        assert {line["value"] for line in table if line["slice"] == column} == {row[column] for row in train}
+        assert sum(line["rows"] for line in table if line["slice"] == column) == len(train)
+    # The same coverage the validation page states for bands held out by GPU.
+    assert f"held out by GPU: **{table[0]['coverage_pct']} %**" in (REPO / "docs/speed/validation.md").read_text()
+    assert all(line["logo_median_pct"] >= 0 and line["loso_p90_pct"] >= line["loso_median_pct"] for line in table)
+
+
 def test_the_committed_bands_are_the_slices_of_the_committed_held_out_predictions():
     """speed_params.json's intervals are docs/speed/validation.csv's held-out residuals of training rows, sliced."""
     import pandas as pd

@@ -91,21 +91,60 @@ def error_bands(held_out: dict[str, np.ndarray], measured: np.ndarray, gpus: np.
     return bands
 
 
-def band_coverage(held_out: dict[str, np.ndarray], measured: np.ndarray, training: np.ndarray,
-                  groups: np.ndarray) -> dict[str, float | int]:
-    """How often an 80 % band holds the truth on rows it never saw: for each group (a GPU, a source), the band
-    from the other groups' pooled training residuals, applied to the group's held-out predictions under every
-    scheme. Returns the share inside, in percent, and the predictions counted."""
-    inside = total = 0
+def band_inside(held_out: dict[str, np.ndarray], measured: np.ndarray, training: np.ndarray,
+                groups: np.ndarray) -> dict[str, np.ndarray]:
+    """Per scheme of `held_out`, whether each training row's held-out prediction lies inside an 80 % band it never
+    helped set: the band from the other groups' (GPUs', sources') pooled training residuals. False off training."""
+    inside = {name: np.zeros(len(measured), dtype=bool) for name in held_out}
     for group in sorted(set(groups[training])):
         others, own = training & (groups != group), training & (groups == group)
         if not others.any():
             continue
         low, high = np.percentile(np.divide(*pooled(held_out, measured, others)), BAND_QUANTILES)
-        ratio = np.divide(*pooled(held_out, measured, own))
-        inside += int(((ratio >= low) & (ratio <= high)).sum())
-        total += len(ratio)
+        for name, predicted in held_out.items():
+            ratio = predicted[own] / measured[own]
+            inside[name][own] = (ratio >= low) & (ratio <= high)
+    return inside
+
+
+def band_coverage(held_out: dict[str, np.ndarray], measured: np.ndarray, training: np.ndarray,
+                  groups: np.ndarray) -> dict[str, float | int]:
+    """How often an 80 % band holds the truth on rows it never saw (`band_inside`), in percent, over every
+    scheme's held-out prediction of every training row whose group has others to set its band."""
+    others = np.array([(training & (groups != group)).any() for group in groups])
+    counted = training & others
+    inside = sum(int(flags[counted].sum()) for flags in band_inside(held_out, measured, training, groups).values())
+    total = int(counted.sum()) * len(held_out)
     return {"coverage_pct": round(100 * inside / total, 1) if total else float("nan"), "predictions": total}
+
+
+TARGET_SLICES = ("gpu", "precision", "memory_format", "family", "op_mix")
+"""The slices `targets_table` lists, after `all`: issue #36's GPU, precision, memory format and model family."""
+
+
+def targets_table(rows: list[dict]) -> list[dict]:
+    """Training rows of validation.csv against the targets (median |error| <= 10 %, p90 <= 25 %, 80 % band coverage
+    75-85 %), for all and per slice: leave-one-GPU-out and leave-one-source-out errors, and the band's coverage
+    (`band_inside`, held out by GPU, both schemes). No fit: reads the committed held-out predictions."""
+    train = [row for row in rows if row["mode"] == "train"]
+    measured = np.array([float(row["measured_samples_per_s"]) for row in train])
+    held = {name: np.array([float(row[f"{name}_predicted_samples_per_s"]) for row in train])
+            for name in ("logo", "loso")}
+    gpus = np.array([row["gpu"] for row in train])
+    inside = band_inside(held, measured, np.ones(len(train), dtype=bool), gpus)
+    table = []
+    for column in ("all", *TARGET_SLICES):
+        values = np.array(["all" if column == "all" else str(row[column]) for row in train])
+        for value in sorted(set(values)):
+            rows_in = values == value
+            line = {"slice": column, "value": value, "rows": int(rows_in.sum())}
+            for name in held:
+                summary = error_summary(held[name][rows_in], measured[rows_in])
+                line[f"{name}_median_pct"], line[f"{name}_p90_pct"] = summary["median_error_pct"], \
+                    summary["p90_error_pct"]
+            line["coverage_pct"] = round(100 * float(np.mean([inside[name][rows_in] for name in held])), 1)
+            table.append(line)
+    return table
 
 
 def validation_tables(data: Dataset | None = None) -> dict:
