@@ -166,7 +166,7 @@ def validation_tables(data: Dataset | None = None) -> dict:
     by_generation = np.full(len(measured), np.nan)
     for generation, prediction in held_out_fits(data, generations, set(generations[training])).items():
         by_generation[generations == generation] = prediction[generations == generation]
-    error = lambda predicted: np.round(np.abs(predicted / measured - 1) * 100, 1)  # noqa: E731
+    error = lambda predicted: [round(float(e), 1) for e in np.abs(predicted / measured - 1) * 100]  # noqa: E731
     columns = zip(data.rows, mixes, by_gpu, error(by_gpu), by_family, error(by_family), by_source, error(by_source),
                   by_generation)
     rows = [dict(zip(VALIDATION_COLUMNS, (
@@ -186,7 +186,7 @@ def validation_tables(data: Dataset | None = None) -> dict:
             "loso": _summary(by_source[training], measured[training]), "bands": bands,
             "coverage": {"by GPU": band_coverage(schemes, measured, training, gpus),
                          "by source": band_coverage(schemes, measured, training, sources)},
-            "training_gpus": tuple(sorted(set(gpus[training]))),
+            "training_gpus": tuple(sorted(str(gpu) for gpu in set(gpus[training]))),
             "model_scaled": projection_band(model_scaled_pairs(data, gpu_fits))}
 
 
