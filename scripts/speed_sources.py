@@ -94,7 +94,8 @@ def main() -> None:
         "`bench.speed.reference` (the functions the fit calls) on the files in `bench/data/reference/` "
         "(their provenance: that folder's README) and counts every row: the counts are computed, and "
         "`used + dropped = rows in file` is checked for each line.", "",
-        "| file | source (`source` column of validation.csv) | mode | rows in file | used by the fit | dropped, and why |",
+        "| file | source (`source` column of validation.csv) | mode | rows in file | used by the fit "
+        "| dropped, and why |",
         "|---|---|---|---|---|---|",
         *_line(ref.MEASUREMENTS_FILE, "timm-train", "train", timm_train(traced)),
         *_line(ref.DLE_FILE, "dle-train", "train", dle_counts["train"]),

@@ -3,8 +3,8 @@
 Leave-one-GPU-out (each GPU predicted by a fit without a row of it) and leave-one-source-out (each benchmark
 suite predicted by a fit without it) set the 80 % band every prediction carries, from training rows only, per
 kind of GPU and op mix (`bench.speed.params.band_keys`); leave-one-generation-out widens it for a GPU whose
-generation has no training row; leave-one-family-out is the cross-model error. `projection_band` validates what `bench cost` does without the model: a measured MFU carried
-to another GPU.
+generation has no training row; leave-one-family-out is the cross-model error. `projection_band` validates what
+`bench cost` does without the model: a measured MFU carried to another GPU.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ RATIO_CELLS = (("resnet50", 256), ("vit_base_patch16_224", 128))
 VALIDATION_COLUMNS = ("source", "gpu", "mode", "precision", "model", "memory_format", "family", "op_mix", "batch_size",
                       "image_size",
                       "measured_samples_per_s", "logo_predicted_samples_per_s", "logo_error_pct",
-                      "lofo_predicted_samples_per_s", "lofo_error_pct", "loso_predicted_samples_per_s", "loso_error_pct",
-                      "logen_predicted_samples_per_s")
+                      "lofo_predicted_samples_per_s", "lofo_error_pct", "loso_predicted_samples_per_s",
+                      "loso_error_pct", "logen_predicted_samples_per_s")
 """validation.csv: held-out predictions of each reference row, from fits without its GPU (logo), family (lofo),
 source (loso) and, for training rows of a generation with training rows, generation (logen)."""
 ERROR_COLUMNS = ("rows", "median_error_pct", "p90_error_pct", "median_ratio")
