@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install constraints test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead bench-latency charts equivalence cost estimate estimate-speed estimate-validate predict predict-speed predict-fit predict-validate claims clean
+.PHONY: install constraints test test-fast bench-resnet bench-vit bench-ddp bench-input bench-smoke bench-overhead bench-latency charts equivalence cost estimate estimate-speed estimate-validate predict predict-speed predict-fit predict-validate bench-speed claims clean
 
 install: $(STAMP)
 
@@ -111,6 +111,10 @@ predict-fit: install
 
 predict-validate: install
 	$(BIN)/bench predict --validate
+
+# The throughput model's targets table (issue #36): from the committed held-out predictions, no fit, no timing
+bench-speed: install
+	$(BIN)/python scripts/speed_targets.py
 
 # The seed articles' claims: the claims grids (resume: only missing cells run), the estimator's
 # 224 px memory for the grids whose claims accept it (redone when a grid file changes), then

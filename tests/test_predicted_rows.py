@@ -64,7 +64,7 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-@pytest.mark.parametrize("gpus, overlap", [(("L4", "H100-80GB"), False), (("L4", "RTX-3090"), True)])
+@pytest.mark.parametrize("gpus, overlap", [(("A10", "H100-80GB"), False), (("L4", "RTX-3090"), True)])
 def test_every_predicted_plan_line_prints_its_ranges_and_says_when_the_top_two_overlap(gpus, overlap, capsys):
     args = ["plan", "test_resnet", "--effective-batch", "16", "--image-size", "32", "--precision", "bf16",
             "--top", "50"]

@@ -223,19 +223,44 @@ def test_tf32_lies_between_fp32_and_half_precision(study_ops):
                 assert fp32 < tf32, (model, gpu)
 
 
-def test_a_prediction_takes_the_error_of_the_narrowest_validated_slice_of_its_gpu_and_op_mix():
-    from bench.speed.params import ErrorBand
+def test_a_prediction_takes_the_band_of_the_narrowest_training_slice_and_says_what_it_rests_on():
+    from bench.speed.params import UNSEEN_GENERATION, ErrorBand
 
-    band = lambda ratio_high: ErrorBand(10.0, 30.0, 0.8, ratio_high, 25)  # noqa: E731
-    model = replace(load_model_file(), bands={"all": band(1.5), "gddr": band(1.4), "gddr train": band(1.3),
-                                               "gddr conv train": band(1.2)})
-    l4, h100 = gpu_spec("L4"), gpu_spec("H100-80GB")
-    assert model.band(l4, "conv") == band(1.2) and model.band(l4, "matmul") == band(1.3)
-    assert model.band(h100, "conv") == band(1.5)  # no HBM slice: every GPU's rows
-    assert model.interval(120.0, l4, "conv") == pytest.approx((100.0, 150.0))
-    assert "training rows of conv nets on gddr GPUs: median error 10.0 %, p90 30.0 %, 25 rows" in \
-        model.basis(l4, "conv")
-    assert "leave-one-GPU-out, all GPUs" in model.basis(h100, "matmul")
+    band = lambda low, high, rows=25: ErrorBand(10.0, 30.0, low, high, rows, "leave-one-GPU-out")  # noqa: E731
+    model = replace(load_model_file(), training_gpus=("RTX-3090", "A100-80GB", "V100-16GB"),
+                    bands={"train": band(0.8, 1.5), "gddr train": band(0.8, 1.3), "gddr conv train": band(0.8, 1.2),
+                           "hbm train": band(0.9, 1.1, 52), UNSEEN_GENERATION: band(0.7, 1.4, 40)})
+    a10, a100, h200 = gpu_spec("A10"), gpu_spec("A100-80GB"), gpu_spec("H200")
+    assert model.band(a10, "conv") == band(0.8, 1.2) and model.band(a10, "matmul") == band(0.8, 1.3)
+    assert model.interval(120.0, a10, "conv") == pytest.approx((100.0, 150.0))
+    assert "training rows on A100-80GB; band from training rows on hbm GPUs, n=52" in model.basis(a100, "conv")
+    assert "no training row on A10: band from training rows of conv nets on gddr GPUs, n=25" in \
+        model.basis(a10, "conv")
+    # Hopper has no training row at all: each end of the band widens to the unseen-generation slice's.
+    assert model.interval(110.0, h200, "conv") == pytest.approx((110.0 / 1.4, 110.0 / 0.7))
+    assert "no training row on H200 (hopper, a generation with none): band from training rows on hbm GPUs, n=52, " \
+        "widened to training rows of a generation the fit never saw, n=40" in model.basis(h200, "conv")
+
+
+def test_bands_rest_on_held_out_training_rows_of_both_schemes_only():
+    from bench.speed.params import UNSEEN_GENERATION
+    from bench.speed.validate import band_coverage, error_bands
+
+    measured = np.full(60, 100.0)
+    logo, loso = np.linspace(80, 120, 60), np.linspace(60, 140, 60)
+    training = np.arange(60) < 40
+    gpus = np.array(["A", "B"] * 30)
+    kinds, mixes = np.full(60, "hbm"), np.full(60, "conv")
+    bands = error_bands({"logo": logo, "loso": loso}, measured, gpus, kinds, mixes, training, logo * 0.5)
+    # Inference rows (the last 20) never move a training band; both schemes' residuals are pooled.
+    wild = logo.copy()
+    wild[~training] = 1e6
+    assert bands == error_bands({"logo": wild, "loso": loso}, measured, gpus, kinds, mixes, training, logo * 0.5)
+    assert bands["hbm conv train"].rows == 80 and "leave-one-source-out" in bands["hbm conv train"].held_out
+    assert bands[UNSEEN_GENERATION].ratio_high < 0.65
+    # A band measured on the other GPU's residuals, applied to this GPU's held-out predictions.
+    coverage = band_coverage({"logo": logo}, measured, training, gpus)
+    assert coverage["predictions"] == 40 and 60 <= coverage["coverage_pct"] <= 100
 
 
 def test_the_study_models_op_mix_is_what_their_layers_are(study_ops):
@@ -245,28 +270,48 @@ def test_the_study_models_op_mix_is_what_their_layers_are(study_ops):
         assert op_mix(ops.for_step(1)) == ("conv" if model == "resnet50" else "matmul"), (model, precision)
 
 
+def test_the_targets_table_lists_every_slice_with_both_held_out_errors_and_the_committed_coverage():
+    import csv
+
+    from bench.speed.validate import TARGET_SLICES, targets_table
+
+    with (REPO / "docs/speed/validation.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    table = targets_table(rows)
+    train = [row for row in rows if row["mode"] == "train"]
+    assert table[0]["slice"] == "all" and table[0]["rows"] == len(train)
+    for column in TARGET_SLICES:  # every GPU, precision, memory format, family and op mix of a training row
+        assert {line["value"] for line in table if line["slice"] == column} == {row[column] for row in train}
+        assert sum(line["rows"] for line in table if line["slice"] == column) == len(train)
+    # The same coverage the validation page states for bands held out by GPU.
+    assert f"held out by GPU: **{table[0]['coverage_pct']} %**" in (REPO / "docs/speed/validation.md").read_text()
+    assert all(line["logo_median_pct"] >= 0 and line["loso_p90_pct"] >= line["loso_median_pct"] for line in table)
+
+
 def test_the_committed_bands_are_the_slices_of_the_committed_held_out_predictions():
-    """speed_params.json's intervals are docs/speed/validation.csv's leave-one-GPU-out residuals, sliced."""
+    """speed_params.json's intervals are docs/speed/validation.csv's held-out residuals of training rows, sliced."""
     import pandas as pd
 
-    from bench.speed.params import BAND_MIN_ROWS, band_key
+    from bench.speed.params import BAND_MIN_ROWS, UNSEEN_GENERATION, band_key
     from bench.speed.validate import error_bands
 
     rows = pd.read_csv(REPO / "docs/speed/validation.csv")
     kinds = np.array([band_key(gpu_spec(gpu)) for gpu in rows["gpu"]])
     gpus = rows["gpu"].to_numpy()
-    bands = error_bands(rows["logo_predicted_samples_per_s"].to_numpy(), rows["measured_samples_per_s"].to_numpy(),
-                        gpus, kinds, rows["op_mix"].to_numpy(), (rows["mode"] == "train").to_numpy())
+    held_out = {name: rows[f"{name}_predicted_samples_per_s"].to_numpy() for name in ("logo", "loso")}
+    bands = error_bands(held_out, rows["measured_samples_per_s"].to_numpy(), gpus, kinds, rows["op_mix"].to_numpy(),
+                        (rows["mode"] == "train").to_numpy(), rows["logen_predicted_samples_per_s"].to_numpy())
     committed = load_model_file().bands
-    # The study's models on either kind of GPU: ResNet-50 a conv net, the ViTs matmul nets.
-    assert committed.keys() == bands.keys() and {"all", "gddr conv", "gddr matmul", "hbm train"} <= committed.keys()
+    assert committed.keys() == bands.keys() and {"train", "hbm train", UNSEEN_GENERATION} <= committed.keys()
     # The RTX 3090's training rows alone set no slice: a one-GPU error is not a cross-GPU one.
-    assert "gddr conv train" not in committed
+    assert "gddr conv train" not in committed and "gddr train" not in committed
+    assert all(key.endswith("train") for key in committed)  # never an inference row's error
     for key, band in bands.items():
         # validation.csv rounds predictions to 0.1 samples/s: the bands agree to their own rounding
-        assert committed[key].rows == band.rows and (band.rows >= BAND_MIN_ROWS or key in ("all", "gddr", "hbm"))
+        assert committed[key].rows == band.rows and (band.rows >= BAND_MIN_ROWS or key == "train")
         assert committed[key].ratio_low == pytest.approx(band.ratio_low, abs=0.002), key
         assert committed[key].ratio_high == pytest.approx(band.ratio_high, abs=0.002), key
+    assert set(load_model_file().training_gpus) == set(rows.loc[rows["mode"] == "train", "gpu"])
 
 
 def test_carrying_a_measured_mfu_to_another_gpu_has_the_committed_error_and_holds_between_twins():
@@ -303,12 +348,14 @@ def test_the_validation_page_states_every_slice_and_both_projections():
     model = load_model_file()
     summary = {"rows": 536, "median_error_pct": 14.5, "p90_error_pct": 41.4, "median_ratio": 0.95}
     scaled = ErrorBand(11.0, 38.0, 0.79, 1.27, 336)
-    tables = {"logo": summary, "lofo": summary, "bands": model.bands, "projection": model.projection,
+    tables = {"logo": summary, "lofo": summary, "loso": summary, "bands": model.bands, "projection": model.projection,
+              "coverage": {"by GPU": {"coverage_pct": 61.0, "predictions": 340}},
               "projection_by_pair": [], "model_scaled": scaled, "logo_by_gpu": [], "logo_by_family": [],
               "lofo_by_family": [], "lofo_by_gpu": []}
     ratios = [{"model": "resnet50", "precision": "bf16", "micro_batch": 256, "L4_x": 0.3, "L4_mfu_pct": 10.0}]
     page = _validation_markdown(tables, ratios, model.version)
     assert all(f"| {key} | {band.rows} |" in page for key, band in model.bands.items())
+    assert "held out by GPU: **61.0 %** of 340 predictions" in page
     assert f"median error **{model.projection.median_error_pct} %**" in page
     assert "off by median **11.0 %**, p90 **38.0 %**" in page and "14.5 % / 41.4 % for the model alone" in page
 
@@ -318,6 +365,7 @@ def test_predicted_rows_carry_the_cross_gpu_interval_and_say_so():
     for row in rows:
         assert row["samples_per_s_low"] < row["samples_per_s"] < row["samples_per_s_high"]
         assert "leave-one-GPU-out" in row["speed_basis"] and "same-GPU" not in row["speed_basis"]
+        assert "80 % band: " in row["speed_basis"] and "n=" in row["speed_basis"]
 
 
 def test_the_written_tables_keep_their_committed_headers_from_declared_columns(tmp_path):

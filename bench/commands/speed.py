@@ -153,7 +153,7 @@ def _validate() -> int:
     _write_csv(tables["projection_by_pair"], VALIDATION_DIR / "projection_by_pair.csv", PROJECTION_COLUMNS)
     # The cross-GPU bands go into the parameter file first: the ratios below are printed with them.
     validated = replace(current, bands=tables["bands"], projection=tables["projection"],
-                        model_scaled=tables["model_scaled"])
+                        model_scaled=tables["model_scaled"], training_gpus=tables["training_gpus"])
     (DATA / PARAMS_FILE).write_text(params_json(current.version, current.params, current.fitted_on,
                                                 validation_json(validated)))
     load_model_file.cache_clear()
@@ -183,7 +183,7 @@ def _table(rows: list[dict], key: str) -> list[str]:
 
 
 def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
-    from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS
+    from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS, UNSEEN_GENERATION
 
     logo, lofo = tables["logo"], tables["lofo"]
     lines = [f"# Throughput model {version}: validation", "",
@@ -197,14 +197,24 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
              "(targets: median <= 10 %, p90 <= 25 %).",
              f"- **Leave-one-family-out** (each model family predicted by a fit without it): median "
              f"**{lofo['median_error_pct']} %**, p90 **{lofo['p90_error_pct']} %** (target: median <= 10 %).", "",
-             "Every prediction states the leave-one-GPU-out error of the narrowest slice below that matches it "
-             "(kind of GPU, then op mix, then training rows: a prediction is a training step; a slice needs "
-             f"{BAND_MIN_ROWS} held-out rows of {BAND_MIN_GPUS} GPUs, so the GDDR training rows, all the RTX 3090's, "
-             "set none of their own) and carries its interval: the prediction divided by the slice's 90th "
-             "and 10th percentiles of predicted / measured. Op mix: `matmul` where matmuls and attention do over "
-             "half the compute FLOPs, else `grouped-conv` where any grouped or depthwise convolution runs, else "
-             "`conv`. No HBM row is a `conv` or `matmul` net (the DLE rows are ResNeXt101, SE-ResNeXt101 and "
-             "EfficientNets): on HBM GPUs ResNet-50 and the ViTs take the HBM training rows' slice.", "",
+             f"- **Leave-one-source-out** (each benchmark suite with training rows predicted by a fit without it; "
+             f"training rows): median "
+             f"**{tables['loso']['median_error_pct']} %**, p90 **{tables['loso']['p90_error_pct']} %**.", "",
+             "## The 80 % band every prediction carries", "",
+             "A prediction's interval is its value divided by the 90th and 10th percentiles of predicted / measured "
+             "over held-out residuals of training rows only (inference rows never set a training step's band): "
+             "each training row once predicted by a fit without its GPU and once by a fit without its source, "
+             "pooled, in the narrowest slice that matches (kind of GPU and op mix, then kind of GPU, then all; a "
+             f"slice needs {BAND_MIN_ROWS} residuals of {BAND_MIN_GPUS} GPUs). On a GPU whose generation has no "
+             "training row (Turing, Ada, Hopper, Blackwell here) each end is widened to the "
+             f"`{UNSEEN_GENERATION}` slice's where that is wider: training rows predicted by a fit without any "
+             "row of their generation. Each line says what its band rests on. Op mix: `matmul` where matmuls "
+             "and attention do over half the compute FLOPs, else `grouped-conv` where any grouped or depthwise "
+             "convolution runs, else `conv`.", "",
+             "Measured coverage of the 80 % band on rows it never saw (each group's band from the other groups' "
+             "residuals, applied to the group's held-out predictions): "
+             + "; ".join(f"held out {how}: **{c['coverage_pct']} %** of {c['predictions']} predictions"
+                         for how, c in tables["coverage"].items()) + " (target 75-85 %).", "",
              "| slice | rows | median error % | p90 error % | predicted/measured p10 | p90 |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {key} | {b.rows} | {b.median_error_pct} | {b.p90_error_pct} | {b.ratio_low} | {b.ratio_high} |"

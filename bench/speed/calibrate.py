@@ -192,13 +192,15 @@ def validation_json(model) -> dict:
     projections = {name: vars(band) for name, band in (("projection", model.projection),
                                                        ("model_scaled", model.model_scaled)) if band is not None}
     return {"name": model.validation, "bands": {key: vars(band) for key, band in sorted(model.bands.items())},
-            **projections}
+            "training_gpus": list(model.training_gpus), **projections}
 
 
-def held_out_fits(data: Dataset, groups: np.ndarray) -> dict[str, np.ndarray]:
-    """Per group (a GPU, a family): every row's predicted samples/s from a fit that never saw a row of that group."""
+def held_out_fits(data: Dataset, groups: np.ndarray, only: set[str] | None = None) -> dict[str, np.ndarray]:
+    """Per group (a GPU, a family; those in `only`, default all): every row's predicted samples/s from a fit that
+    never saw a row of that group."""
     start = reference_start()
-    return {group: predict_samples_per_s(data, fit(data, groups != group, start)) for group in sorted(set(groups))}
+    return {group: predict_samples_per_s(data, fit(data, groups != group, start)) for group in sorted(set(groups))
+            if only is None or group in only}
 
 
 def held_out(fits: dict[str, np.ndarray], groups: np.ndarray) -> np.ndarray:

@@ -5,11 +5,11 @@ and the cross-GPU error bands every prediction states. No torch here: `bench pla
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
 
-from bench.measure.hardware import GpuSpec
+from bench.measure.hardware import GpuSpec, gpu_spec
 
 PARAMS_FILE = "speed_params.json"
 FITTED_GENERATIONS = ("volta", "turing", "ada")
@@ -74,7 +74,8 @@ class SpeedParams:
 
 @dataclass(frozen=True)
 class ErrorBand:
-    """What the cross-GPU validation measured for one kind of prediction: quantiles of predicted/measured."""
+    """What the validation measured for one kind of prediction: quantiles of predicted / measured over held-out
+    predictions (each from a fit that never saw the row's GPU, source or generation)."""
 
     median_error_pct: float
     p90_error_pct: float
@@ -83,35 +84,44 @@ class ErrorBand:
     ratio_high: float
     """90th percentile of predicted / measured."""
     rows: int
+    """Held-out residuals the band rests on (a row counts once per held-out scheme that predicted it)."""
+    held_out: str = ""
+    """Which held-out schemes' residuals were pooled: `leave-one-GPU-out + leave-one-source-out`."""
 
 
 BAND_MIN_ROWS = 20
-"""The fewest held-out rows a slice of the validation needs to set an interval of its own (`band_keys`)."""
+"""The fewest held-out residuals a slice of the validation needs to set an interval of its own (`band_keys`)."""
 BAND_MIN_GPUS = 2
 """... and the fewest GPUs they come from: a cross-GPU error from one GPU's rows is that GPU's error."""
+UNSEEN_GENERATION = "unseen-generation train"
+"""The slice of training rows predicted by a fit without any row of their GPU's generation: the band of a GPU
+whose generation (Hopper, Blackwell, ...) has no training row, where it is wider than its own slice's."""
 
 
 def band_keys(spec: GpuSpec | None, mix: str | None = None) -> tuple[str, ...]:
-    """The validation slices a prediction's error may come from, narrowest first: its kind of GPU (`band_key`),
-    op mix (`bench.speed.model.mix_of`) and training rows (a prediction is a training step), then wider ones.
-    The first slice the validation holds (`BAND_MIN_ROWS` rows or more, of `BAND_MIN_GPUS` GPUs) applies.
+    """The validation slices a prediction's error may come from, narrowest first: its kind of GPU (`band_key`)
+    and op mix (`bench.speed.model.mix_of`), then wider ones. Training rows only: a prediction is a training
+    step, and inference rows' errors are not its errors. The first slice the validation holds (`BAND_MIN_ROWS`
+    residuals or more, of `BAND_MIN_GPUS` GPUs) applies.
 
     >>> from bench.measure.hardware import gpu_spec
     >>> band_keys(gpu_spec("RTX-4090"), "conv")
-    ('gddr conv train', 'gddr conv', 'gddr train', 'gddr', 'all')
+    ('gddr conv train', 'gddr train', 'train')
     """
     if spec is None:
-        return ("all",)
+        return ("train",)
     kind = band_key(spec)
-    narrow = (f"{kind} {mix} train", f"{kind} {mix}") if mix else ()
-    return (*narrow, f"{kind} train", kind, "all")
+    narrow = (f"{kind} {mix} train",) if mix else ()
+    return (*narrow, f"{kind} train", "train")
 
 
 def describe_band_key(key: str) -> str:
     """`gddr conv train` -> `training rows of conv nets on gddr GPUs`."""
+    if key == UNSEEN_GENERATION:
+        return "training rows of a generation the fit never saw"
     words = key.split()
-    if words == ["all"]:
-        return "all GPUs"
+    if words in (["all"], ["train"]):
+        return "training rows on all GPUs" if words == ["train"] else "all GPUs"
     rows = "training rows" if "train" in words else "rows"
     mix = f" of {words[1]} nets" if len(words) > 1 and words[1] != "train" else ""
     return f"{rows}{mix} on {words[0]} GPUs"
@@ -134,11 +144,46 @@ class ModelFile:
     model_scaled: ErrorBand | None = None
     """The error of scaling a measured speed by the model's predicted ratio between the two GPUs (`bench cost`'s
     `projected_by_model`, Habitat's way), on the same pairs (`bench.speed.validate.model_scaled_pairs`)."""
+    training_gpus: tuple[str, ...] = ()
+    """GPUs with a training row in the fit: a prediction on another GPU says so, and one on a generation none
+    of them shares takes the wider of its slice's band and `UNSEEN_GENERATION`'s."""
 
     def band_and_key(self, spec: GpuSpec | None = None, mix: str | None = None) -> tuple[str, ErrorBand] | None:
         """The error band that applies to a prediction on `spec` of a step of `mix`, and its slice (None: not
-        validated)."""
-        return next(((key, self.bands[key]) for key in band_keys(spec, mix) if key in self.bands), None)
+        validated). On a GPU whose generation has no training row, the band is the wider of its slice's and
+        `UNSEEN_GENERATION`'s at each end."""
+        found = next(((key, self.bands[key]) for key in band_keys(spec, mix) if key in self.bands), None)
+        unseen = self.bands.get(UNSEEN_GENERATION)
+        if found is None or unseen is None or spec is None or not self.generation_unseen(spec):
+            return found
+        key, band = found
+        return key, replace(band, ratio_low=min(band.ratio_low, unseen.ratio_low),
+                            ratio_high=max(band.ratio_high, unseen.ratio_high),
+                            median_error_pct=max(band.median_error_pct, unseen.median_error_pct),
+                            p90_error_pct=max(band.p90_error_pct, unseen.p90_error_pct))
+
+    def generation_unseen(self, spec: GpuSpec) -> bool:
+        """True when no training GPU of the fit shares `spec`'s generation (no list stored: not known, False)."""
+        return bool(self.training_gpus) and \
+            spec.generation not in {gpu_spec(gpu).generation for gpu in self.training_gpus}
+
+    def rests_on(self, spec: GpuSpec | None = None, mix: str | None = None) -> str:
+        """What the band stands on, in words: `no training row on H200 (hopper, a generation with none): band from
+        training rows on hbm GPUs, n=60, widened to training rows of a generation the fit never saw, n=170`."""
+        found = self.band_and_key(spec, mix)
+        if found is None:
+            return "no band: not validated"
+        key, band = found
+        plain = self.bands[key]
+        where = f"band from {describe_band_key(key)}, n={plain.rows}"
+        if spec is None or not self.training_gpus or spec.gpu in self.training_gpus:
+            return where if spec is None else f"training rows on {spec.gpu}; {where}"
+        if not self.generation_unseen(spec):
+            return f"no training row on {spec.gpu}: {where}"
+        unseen = self.bands[UNSEEN_GENERATION] if UNSEEN_GENERATION in self.bands else None
+        widened = "" if unseen is None else \
+            f", widened to {describe_band_key(UNSEEN_GENERATION)}, n={unseen.rows}"
+        return f"no training row on {spec.gpu} ({spec.generation}, a generation with none): {where}{widened}"
 
     def band(self, spec: GpuSpec | None = None, mix: str | None = None) -> ErrorBand | None:
         found = self.band_and_key(spec, mix)
@@ -151,12 +196,13 @@ class ModelFile:
         if found is None:
             return f"predicted (model {self.version}, not validated)"
         key, band = found
-        return (f"predicted (model {self.version}, {self.validation}, {describe_band_key(key)}: median error "
-                f"{band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %, {band.rows} rows)")
+        return (f"predicted (model {self.version}, {band.held_out or self.validation}, {describe_band_key(key)}: "
+                f"median error {band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %, {band.rows} rows; "
+                f"80 % band: {self.rests_on(spec, mix)})")
 
     def interval(self, samples_per_s: float, spec: GpuSpec, mix: str | None = None) -> tuple[float, float] | None:
-        """(low, high) samples/s: the prediction over the 90th and 10th percentiles of predicted/measured
-        in the cross-GPU validation's slice that applies (`band_keys`; None: not validated)."""
+        """(low, high) samples/s, an 80 % band: the prediction over the 90th and 10th percentiles of predicted /
+        measured in the held-out validation's slice that applies (`band_and_key`; None: not validated)."""
         band = self.band(spec, mix)
         return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
 
@@ -173,7 +219,8 @@ def load_model_file() -> ModelFile:
     projection, scaled = (data["validation"].get(name) for name in ("projection", "model_scaled"))
     return ModelFile(data["version"], SpeedParams(**data["params"]), data["fitted_on"],
                      data["validation"]["name"], bands, None if projection is None else ErrorBand(**projection),
-                     None if scaled is None else ErrorBand(**scaled))
+                     None if scaled is None else ErrorBand(**scaled),
+                     tuple(data["validation"].get("training_gpus", ())))
 
 
 def params_json(version: str, params: SpeedParams, fitted_on: str, validation: dict) -> str:

@@ -177,8 +177,10 @@ def describe_prediction(row: dict) -> str:
         return f"{row['status']:<9} {row['gpu']:<15} {row['cell_id']}  {row['error_type']}: {row['error_message']}"
     band = "" if row.get("samples_per_s_low") is None else \
         f" ({row['samples_per_s_low']:.0f}-{row['samples_per_s_high']:.0f})"
+    rests_on = (row.get("speed_basis") or "").partition("80 % band: ")[2].rstrip(")")
     return (f"predicted {row['gpu']:<15} {row['cell_id']}  {row['samples_per_s']:9.1f}{band} samples/s, step "
-            f"{row['predicted_step_time_ms']:.1f} ms, MFU {row['mfu_pct']:.1f} %, {row['predicted_bound']}-bound")
+            f"{row['predicted_step_time_ms']:.1f} ms, MFU {row['mfu_pct']:.1f} %, {row['predicted_bound']}-bound"
+            + (f"; 80 % band: {rests_on}" if rests_on else ""))
 
 
 def accumulation_loss(rows: list[dict]) -> list[dict]:

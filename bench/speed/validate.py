@@ -1,9 +1,10 @@
-"""How good the throughput model is where users meet it: on GPUs and families the fit never saw.
+"""How good the throughput model is where users meet it: on GPUs, sources and families the fit never saw.
 
-Leave-one-GPU-out (each GPU predicted by a fit without a row of it) is the cross-GPU error every
-prediction states, per kind of GPU and op mix (`bench.speed.params.band_keys`); leave-one-family-out is the
-cross-model error. `projection_band` validates what `bench cost` does without the model: a measured MFU carried
-to another GPU.
+Leave-one-GPU-out (each GPU predicted by a fit without a row of it) and leave-one-source-out (each benchmark
+suite predicted by a fit without it) set the 80 % band every prediction carries, from training rows only, per
+kind of GPU and op mix (`bench.speed.params.band_keys`); leave-one-generation-out widens it for a GPU whose
+generation has no training row; leave-one-family-out is the cross-model error. `projection_band` validates what
+`bench cost` does without the model: a measured MFU carried to another GPU.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_spec
 from bench.speed.calibrate import Dataset, error_summary, held_out, held_out_fits, reference_dataset
 from bench.speed.model import NoDatasheetPeak, op_mixes
-from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS, ErrorBand, band_key, load_model_file
+from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS, UNSEEN_GENERATION, ErrorBand, band_key, load_model_file
 from bench.speed.predict import predict_on
 from bench.speed.trace import trace_step_ops
 
@@ -25,12 +26,14 @@ RATIO_CELLS = (("resnet50", 256), ("vit_base_patch16_224", 128))
 VALIDATION_COLUMNS = ("source", "gpu", "mode", "precision", "model", "memory_format", "family", "op_mix", "batch_size",
                       "image_size",
                       "measured_samples_per_s", "logo_predicted_samples_per_s", "logo_error_pct",
-                      "lofo_predicted_samples_per_s", "lofo_error_pct")
-"""validation.csv: one held-out prediction per reference row."""
+                      "lofo_predicted_samples_per_s", "lofo_error_pct", "loso_predicted_samples_per_s",
+                      "loso_error_pct", "logen_predicted_samples_per_s")
+"""validation.csv: held-out predictions of each reference row, from fits without its GPU (logo), family (lofo),
+source (loso) and, for training rows of a generation with training rows, generation (logen)."""
 ERROR_COLUMNS = ("rows", "median_error_pct", "p90_error_pct", "median_ratio")
 """The error tables (logo_by_gpu.csv ...), after the column they group by."""
 BAND_QUANTILES = (10, 90)
-"""The interval of a prediction: these percentiles of predicted / measured in the cross-GPU validation."""
+"""The interval of a prediction (an 80 % band): these percentiles of predicted / measured, held out."""
 
 
 def _summary(predicted: np.ndarray, measured: np.ndarray) -> dict:
@@ -43,51 +46,147 @@ def _by(groups: np.ndarray, predicted: np.ndarray, measured: np.ndarray, name: s
             for group in sorted(set(groups))]
 
 
-def error_band(predicted: np.ndarray, measured: np.ndarray) -> ErrorBand:
+def error_band(predicted: np.ndarray, measured: np.ndarray, held_out: str = "") -> ErrorBand:
     ratio = predicted / measured
     low, high = np.percentile(ratio, BAND_QUANTILES)
     summary = error_summary(predicted, measured)
     return ErrorBand(summary["median_error_pct"], summary["p90_error_pct"], round(float(low), 3),
-                     round(float(high), 3), len(measured))
+                     round(float(high), 3), len(measured), held_out)
 
 
-def error_bands(predicted: np.ndarray, measured: np.ndarray, gpus: np.ndarray, kinds: np.ndarray, mixes: np.ndarray,
-                training: np.ndarray) -> dict[str, ErrorBand]:
-    """The interval and error of every validation slice (`bench.speed.params.band_keys`) that holds at least
-    `BAND_MIN_ROWS` held-out rows of `BAND_MIN_GPUS` GPUs; `all` and each kind of GPU always."""
-    slices = {"all": np.ones(len(measured), dtype=bool)}
+BAND_SCHEMES = {"logo": "leave-one-GPU-out", "loso": "leave-one-source-out"}
+"""The held-out predictions whose residuals, pooled, set a band: a fit without the row's GPU, and one without
+its source (another benchmark suite's conditions: data loading, software stack)."""
+
+
+def pooled(held_out: dict[str, np.ndarray], measured: np.ndarray, rows: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, measured) of `rows` under every scheme of `held_out`, one after the other."""
+    return (np.concatenate([held_out[name][rows] for name in held_out]),
+            np.concatenate([measured[rows] for _ in held_out]))
+
+
+def error_bands(held_out: dict[str, np.ndarray], measured: np.ndarray, gpus: np.ndarray, kinds: np.ndarray,
+                mixes: np.ndarray, training: np.ndarray, unseen_generation: np.ndarray | None = None
+                ) -> dict[str, ErrorBand]:
+    """The 80 % band and error of every validation slice (`bench.speed.params.band_keys`): training rows only,
+    their held-out residuals under every scheme of `held_out` (`BAND_SCHEMES`) pooled. A slice needs
+    `BAND_MIN_ROWS` residuals of `BAND_MIN_GPUS` GPUs; `train` is always there. `unseen_generation`: each training
+    row predicted by a fit without any row of its GPU's generation (NaN where not computed), the band
+    `UNSEEN_GENERATION` of a GPU whose generation has no training row."""
+    schemes = " + ".join(BAND_SCHEMES.get(name, name) for name in held_out)
+    slices = {"train": training}
     for kind in sorted(set(kinds)):
-        slices[kind] = kinds == kind
         slices[f"{kind} train"] = (kinds == kind) & training
         for mix in sorted(set(mixes)):
-            slices[f"{kind} {mix}"] = (kinds == kind) & (mixes == mix)
             slices[f"{kind} {mix} train"] = (kinds == kind) & (mixes == mix) & training
-    return {key: error_band(predicted[rows], measured[rows]) for key, rows in slices.items()
-            if (rows.sum() >= BAND_MIN_ROWS and len(set(gpus[rows])) >= BAND_MIN_GPUS) or key == "all" or key in kinds}
+    bands = {key: error_band(*pooled(held_out, measured, rows), schemes) for key, rows in slices.items()
+             if (rows.sum() * len(held_out) >= BAND_MIN_ROWS and len(set(gpus[rows])) >= BAND_MIN_GPUS)
+             or key == "train"}
+    if unseen_generation is not None:
+        rows = training & np.isfinite(unseen_generation)
+        if rows.sum() >= BAND_MIN_ROWS:
+            bands[UNSEEN_GENERATION] = error_band(unseen_generation[rows], measured[rows],
+                                                  "leave-one-generation-out")
+    return bands
+
+
+def band_inside(held_out: dict[str, np.ndarray], measured: np.ndarray, training: np.ndarray,
+                groups: np.ndarray) -> dict[str, np.ndarray]:
+    """Per scheme of `held_out`, whether each training row's held-out prediction lies inside an 80 % band it never
+    helped set: the band from the other groups' (GPUs', sources') pooled training residuals. False off training."""
+    inside = {name: np.zeros(len(measured), dtype=bool) for name in held_out}
+    for group in sorted(set(groups[training])):
+        others, own = training & (groups != group), training & (groups == group)
+        if not others.any():
+            continue
+        low, high = np.percentile(np.divide(*pooled(held_out, measured, others)), BAND_QUANTILES)
+        for name, predicted in held_out.items():
+            ratio = predicted[own] / measured[own]
+            inside[name][own] = (ratio >= low) & (ratio <= high)
+    return inside
+
+
+def band_coverage(held_out: dict[str, np.ndarray], measured: np.ndarray, training: np.ndarray,
+                  groups: np.ndarray) -> dict[str, float | int]:
+    """How often an 80 % band holds the truth on rows it never saw (`band_inside`), in percent, over every
+    scheme's held-out prediction of every training row whose group has others to set its band."""
+    others = np.array([(training & (groups != group)).any() for group in groups])
+    counted = training & others
+    inside = sum(int(flags[counted].sum()) for flags in band_inside(held_out, measured, training, groups).values())
+    total = int(counted.sum()) * len(held_out)
+    return {"coverage_pct": round(100 * inside / total, 1) if total else float("nan"), "predictions": total}
+
+
+TARGET_SLICES = ("gpu", "precision", "memory_format", "family", "op_mix")
+"""The slices `targets_table` lists, after `all`: issue #36's GPU, precision, memory format and model family."""
+
+
+def targets_table(rows: list[dict]) -> list[dict]:
+    """Training rows of validation.csv against the targets (median |error| <= 10 %, p90 <= 25 %, 80 % band coverage
+    75-85 %), for all and per slice: leave-one-GPU-out and leave-one-source-out errors, and the band's coverage
+    (`band_inside`, held out by GPU, both schemes). No fit: reads the committed held-out predictions."""
+    train = [row for row in rows if row["mode"] == "train"]
+    measured = np.array([float(row["measured_samples_per_s"]) for row in train])
+    held = {name: np.array([float(row[f"{name}_predicted_samples_per_s"]) for row in train])
+            for name in ("logo", "loso")}
+    gpus = np.array([row["gpu"] for row in train])
+    inside = band_inside(held, measured, np.ones(len(train), dtype=bool), gpus)
+    table = []
+    for column in ("all", *TARGET_SLICES):
+        values = np.array(["all" if column == "all" else str(row[column]) for row in train])
+        for value in sorted(set(values)):
+            rows_in = values == value
+            line = {"slice": column, "value": value, "rows": int(rows_in.sum())}
+            for name in held:
+                summary = error_summary(held[name][rows_in], measured[rows_in])
+                line[f"{name}_median_pct"], line[f"{name}_p90_pct"] = summary["median_error_pct"], \
+                    summary["p90_error_pct"]
+            line["coverage_pct"] = round(100 * float(np.mean([inside[name][rows_in] for name in held])), 1)
+            table.append(line)
+    return table
 
 
 def validation_tables(data: Dataset | None = None) -> dict:
-    """Held-out predictions of every reference row, and their errors by GPU, family and validation slice."""
+    """Held-out predictions of every reference row, and their errors by GPU, family, source and validation slice."""
     data = data or reference_dataset()
     measured = data.measured_samples_per_s
-    gpus, families = data.column("gpu"), data.column("family")
+    gpus, families, sources = data.column("gpu"), data.column("family"), data.column("source")
+    generations = np.array([gpu_spec(gpu).generation for gpu in gpus])
+    training = data.column("mode") == "train"
     mixes = np.array(op_mixes(data.table, data.row_index, len(data.rows)))
     gpu_fits = held_out_fits(data, gpus)
     by_gpu = held_out(gpu_fits, gpus)
     by_family = held_out(held_out_fits(data, families), families)
+    # Only sources with training rows are held out: the others' rows are inference, never in a band.
+    by_source = np.full(len(measured), np.nan)
+    for source, prediction in held_out_fits(data, sources, set(sources[training])).items():
+        by_source[sources == source] = prediction[sources == source]
+    # Only generations with a training row are held out: the others' rows are inference, never in a band.
+    by_generation = np.full(len(measured), np.nan)
+    for generation, prediction in held_out_fits(data, generations, set(generations[training])).items():
+        by_generation[generations == generation] = prediction[generations == generation]
+    error = lambda predicted: [round(float(e), 1) for e in np.abs(predicted / measured - 1) * 100]  # noqa: E731
+    columns = zip(data.rows, mixes, by_gpu, error(by_gpu), by_family, error(by_family), by_source, error(by_source),
+                  by_generation)
     rows = [dict(zip(VALIDATION_COLUMNS, (
                 row.source, row.gpu, row.mode, row.precision, row.model, row.memory_format, row.family, mix,
-                row.batch_size, row.image_size, row.samples_per_s, round(float(g), 1),
-                round(abs(g / row.samples_per_s - 1) * 100, 1), round(float(f), 1),
-                round(abs(f / row.samples_per_s - 1) * 100, 1))))
-            for row, mix, g, f in zip(data.rows, mixes, by_gpu, by_family)]
+                row.batch_size, row.image_size, row.samples_per_s, round(float(g), 1), g_err, round(float(f), 1),
+                f_err, *(("", "") if np.isnan(s) else (round(float(s), 1), s_err)),
+                "" if np.isnan(n) else round(float(n), 1))))
+            for row, mix, g, g_err, f, f_err, s, s_err, n in columns]
     kinds = np.array([band_key(gpu_spec(gpu)) for gpu in gpus])
-    bands = error_bands(by_gpu, measured, gpus, kinds, mixes, data.column("mode") == "train")
+    schemes = {"logo": by_gpu, "loso": by_source}
+    bands = error_bands(schemes, measured, gpus, kinds, mixes, training, by_generation)
     return {"rows": rows, "logo_by_gpu": _by(gpus, by_gpu, measured, "gpu"),
             "logo_by_family": _by(families, by_gpu, measured, "family"),
             "lofo_by_family": _by(families, by_family, measured, "family"),
             "lofo_by_gpu": _by(gpus, by_family, measured, "gpu"),
-            "logo": _summary(by_gpu, measured), "lofo": _summary(by_family, measured), "bands": bands,
+            "logo": _summary(by_gpu, measured), "lofo": _summary(by_family, measured),
+            "loso": _summary(by_source[training], measured[training]), "bands": bands,
+            "coverage": {"by GPU": band_coverage(schemes, measured, training, gpus),
+                         "by source": band_coverage(schemes, measured, training, sources)},
+            "training_gpus": tuple(sorted(str(gpu) for gpu in set(gpus[training]))),
             "model_scaled": projection_band(model_scaled_pairs(data, gpu_fits))}
 
 
