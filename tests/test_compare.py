@@ -17,12 +17,13 @@ PREDICTED_RUNS = REPO / "results" / "resnet50" / "predicted" / "runs.csv"
 
 
 def _measured(step_ms: float, half_width_ms: float, **columns: str) -> dict[str, str]:
-    """A measured ok row of the committed CPU run, its median step set to `step_ms` +- `half_width_ms`."""
+    """A measured ok row of the committed CPU run, its median step set to `step_ms` +- `half_width_ms`, without its
+    raw step times (unless `step_times_ms` is given)."""
     row = next(r for r in read_text(CPU_RUNS).rows if r["status"] == "ok")
     samples = int(row["effective_batch"]) / step_ms * 1000
     return {**row, "step_time_median_ms": str(step_ms), "step_time_ci95_low_ms": str(step_ms - half_width_ms),
             "step_time_ci95_high_ms": str(step_ms + half_width_ms), "samples_per_s": str(samples),
-            "noisy": "false", **columns}
+            "noisy": "false", "step_times_ms": "", **columns}
 
 
 def _write(path, rows, columns=COLUMNS, key=("cell_id",)):
@@ -63,6 +64,24 @@ def test_a_twice_slower_run_with_tight_spreads_is_a_real_difference(tmp_path, ca
     assert (step["verdict"], step["method"]) == ("real", "ci95")
     assert _figure(document, "samples_per_s")["ratio"] == pytest.approx(0.5)
     assert _figure(document, "samples_per_s")["verdict"] == "real"
+
+
+def _steps(median_ms: float, spread_ms: float, count: int = 20) -> str:
+    """`count` raw step times evenly spread over median +- spread, as the runner writes them (JSON)."""
+    return json.dumps([median_ms - spread_ms + 2 * spread_ms * i / (count - 1) for i in range(count)])
+
+
+def test_raw_step_times_decide_by_a_mann_whitney_test_before_the_intervals(tmp_path, capsys):
+    """Intervals that overlap (the rows' 95 % intervals of the median, 100+-30 and 110+-30) say "not real"; 20 raw
+    steps each, 95-105 ms against 105-115 ms, are told apart by the test on the steps themselves."""
+    a = _measured(100.0, 30.0, step_times_ms=_steps(100.0, 5.0))
+    b = _measured(110.0, 30.0, step_times_ms=_steps(110.0, 5.0))
+    step = _figure(_json(capsys, *_folders(tmp_path, [a], [b])), "step_time_ms")
+    assert (step["verdict"], step["method"]) == ("real", "mann-whitney")
+    assert "p=" in step["how"]
+    same = _measured(100.0, 30.0, step_times_ms=_steps(100.0, 5.0, count=19))
+    step = _figure(_json(capsys, *_folders(tmp_path / "again", [a], [same])), "step_time_ms")
+    assert (step["verdict"], step["method"]) == ("not real", "mann-whitney")
 
 
 def test_overlapping_noisy_rows_are_not_a_real_difference(tmp_path, capsys):

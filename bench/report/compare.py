@@ -7,11 +7,14 @@ difference is real follows pyperf's and asv's practice, in this order:
 
 1. one side a prediction with a stated band (`samples_per_s_low/high`, the plan's ranges) and the other a
    measurement: the measured value inside the band or not;
-2. both sides with an interval (a measured row's 95 % interval of the median step, or a band): the intervals apart
-   means real, overlapping means not (a Mann-Whitney test on the raw steps needs scipy, which is not installed);
-3. otherwise a stated noise threshold: real when B/A lies outside [1/(1+t), 1+t] (asv's default factor 1.1: t=0.1).
+2. both sides measured rows that keep their raw step times (`step_times_ms`, at least `MIN_STEPS` each): a two-sided
+   Mann-Whitney U test on them (scipy; asv's test), real when p < `SIGNIFICANCE`; samples/s and MFU are the
+   effective batch over the step, so the same test decides them;
+3. both sides with an interval (a measured row's 95 % interval of the median step, or a band): the intervals apart
+   means real, overlapping means not;
+4. otherwise a stated noise threshold: real when B/A lies outside [1/(1+t), 1+t] (asv's default factor 1.1: t=0.1).
 
-Example: two measured rows of one cell, B twice as slow with tight intervals:
+Example: two measured rows of one cell (no raw steps kept), B twice as slow with tight intervals:
     >>> row = {"cell_id": "c-1", "status": "ok", "model": "m", "image_size": 32, "micro_batch": 8, "accum_steps": 1,
     ...        "effective_batch": 8, "device_type": "cpu", "step_time_median_ms": 100.0,
     ...        "step_time_ci95_low_ms": 99.0, "step_time_ci95_high_ms": 101.0}
@@ -23,6 +26,7 @@ Example: two measured rows of one cell, B twice as slow with tight intervals:
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping
@@ -32,12 +36,17 @@ from typing import Any, Literal
 from bench.results.keys import Key, configuration_key, key_columns, sort_key, variant
 from bench.units import GIB
 
+SIGNIFICANCE = 0.05
+"""The Mann-Whitney test's two-sided p-value below which a difference of raw step times is real (asv's level)."""
+MIN_STEPS = 5
+"""Fewer raw steps than this on a side: too few for the test (its smallest p-value at 4 and 4 steps is 0.029)."""
+
 NOISE_THRESHOLD = 0.10
 """Relative difference taken as noise where no spread is known: asv's default factor of 1.1."""
 
 Kind = Literal["measured", "estimated", "predicted", "plan"]
 Verdict = Literal["real", "not real", "inside band", "outside band"]
-Method = Literal["band", "ci95", "threshold"]
+Method = Literal["band", "mann-whitney", "ci95", "threshold"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,8 @@ class Value:
     high: float | None = None
     interval: Literal["ci95", "band"] | None = None
     """ci95: a measured row's 95 % interval of the median; band: a prediction's stated error band."""
+    steps_ms: tuple[float, ...] = ()
+    """A measured row's raw step times (`step_times_ms`), for the figures derived from its step; empty elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -169,18 +180,32 @@ def _row_figures(row: Mapping[str, Any], kind: Kind) -> dict[str, Value]:
     else:
         ci_low, ci_high = _number(row.get("step_time_ci95_low_ms")), _number(row.get("step_time_ci95_high_ms"))
         ci = step is not None and ci_low is not None and ci_high is not None and ci_low > 0
+        steps = _steps(row.get("step_times_ms"))
         if step is not None:
-            figures["step_time_ms"] = Value(step, ci_low, ci_high, "ci95") if ci else Value(step)
+            figures["step_time_ms"] = Value(step, ci_low, ci_high, "ci95", steps) if ci else Value(step, steps_ms=steps)
         # samples/s and MFU are inverse to the median step: its interval carries over, ends swapped
         for name, number in (("samples_per_s", samples), ("mfu_pct", mfu)):
             if number is not None:
-                figures[name] = Value(number, number * step / ci_high, number * step / ci_low, "ci95") if ci \
-                    else Value(number)
+                figures[name] = Value(number, number * step / ci_high, number * step / ci_low, "ci95", steps) if ci \
+                    else Value(number, steps_ms=steps)
     for name in ("peak_memory", "peak_allocated", "peak_reserved"):
         number = _number(row.get(f"{name}_bytes"))
         if number is not None:
             figures[f"{name}_gib"] = Value(number / GIB)
     return figures
+
+
+def _steps(value: Any) -> tuple[float, ...]:
+    """A row's raw step times: the reader's list, or the runs file's JSON text; () where absent or unreadable."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return ()
+    if not isinstance(value, (list, tuple)):
+        return ()
+    steps = tuple(number for number in map(_number, value) if number is not None)
+    return steps if len(steps) == len(value) else ()
 
 
 def entries_from_rows(rows: Iterable[Mapping[str, Any]], kind: Kind) -> list[Entry]:
@@ -259,6 +284,14 @@ def judge(a: Value, b: Value, a_kind: Kind, b_kind: Kind, threshold: float = NOI
             inside = band[0] <= measured.value <= band[1]
             where = "inside" if inside else "outside"
             return f"{where} band", "band", f"measured {where} the prediction's band {band[0]:.4g}..{band[1]:.4g}"
+    if a_kind == b_kind == "measured" and min(len(a.steps_ms), len(b.steps_ms)) >= MIN_STEPS:
+        from scipy.stats import mannwhitneyu  # imported here: only a comparison of raw steps needs scipy
+
+        p_value = float(mannwhitneyu(a.steps_ms, b.steps_ms, alternative="two-sided").pvalue)
+        real = p_value < SIGNIFICANCE
+        return (("real" if real else "not real"), "mann-whitney",
+                f"raw steps ({len(a.steps_ms)} and {len(b.steps_ms)}): Mann-Whitney p={p_value:.2g} "
+                f"{'<' if real else '>='} {SIGNIFICANCE:g}")
     a_range, b_range = _interval(a), _interval(b)
     if a_range and b_range:
         apart = a_range[1] < b_range[0] or b_range[1] < a_range[0]
@@ -338,6 +371,8 @@ def summary_line(summary: Summary) -> str:
 
 
 _METHOD_WORDS = {"band": "the measured value against the prediction's stated band",
+                 "mann-whitney": f"a two-sided Mann-Whitney U test on the two rows' raw step times: real when "
+                                 f"p < {SIGNIFICANCE:g} (a drifting machine can make a difference real; see the flags)",
                  "ci95": "the two rows' 95 % intervals (of the median step for a measured row, the band for a "
                          "prediction): apart is real, overlapping is not",
                  "threshold": "no spread on one side or both: real only beyond the noise threshold"}
