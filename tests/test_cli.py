@@ -114,6 +114,7 @@ def test_plan_json(capfd):
     assert doc["reason"].startswith(doc["options"][0]["instance"])
 
 
+@pytest.mark.slow
 def test_cost_json(capfd, tmp_path):
     folder = tmp_path / "resnet50" / "cpu"
     folder.mkdir(parents=True)
@@ -126,6 +127,7 @@ def test_cost_json(capfd, tmp_path):
                                                for name in ("cost.csv", "cost.md", "usd_per_run.png"))
 
 
+@pytest.mark.slow
 def test_estimate_json(capfd, tmp_path):
     doc = _json(capfd, ["estimate", "experiments/smoke.toml", "--profile", "cpu", "--results", str(tmp_path),
                         "--format", "json"])

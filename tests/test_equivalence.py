@@ -25,6 +25,7 @@ def _prepared(model: str, variant: str, effective_batch: int = 16, **settings):
     return prepare(Settings(model=model, effective_batch=effective_batch, **settings), variant)
 
 
+@pytest.mark.slow
 def test_layernorm_model_matches_the_large_batch_up_to_k_16():
     prepared = _prepared("test_vit", "correct")
     for accum_steps in (1, 2, 4, 8, 16):
@@ -40,6 +41,7 @@ def test_layernorm_model_matches_to_fp64_rounding():
     assert comparison.equivalent and comparison.tolerance < FP32_TOLERANCE
 
 
+@pytest.mark.slow
 def test_batchnorm_model_differs_and_frozen_statistics_or_groupnorm_restore_it():
     batchnorm = compare(_prepared("test_resnet", "correct"), 4)
     assert batchnorm.grad_rel_l2 > 1e-2 and not batchnorm.equivalent
@@ -76,6 +78,7 @@ def test_mean_of_means_with_unequal_micro_batches_differs_and_count_normalised_i
     assert sum_then_divide.grad_rel_l2 < FP32_TOLERANCE and sum_then_divide.equivalent
 
 
+@pytest.mark.slow
 def test_checkpoint_recompute_updates_batchnorm_statistics_twice():
     prepared = _prepared("test_resnet", "checkpoint")
     once = compare(prepared, 1)
@@ -134,6 +137,7 @@ def test_cli_bad_input_is_one_line_naming_the_option(capsys, args, option, allow
     assert f": {option}: " in error and allowed in error, error
 
 
+@pytest.mark.slow
 def test_study_writes_table_chart_and_csv_and_the_tables_regenerate_from_the_csv(tmp_path, capsys):
     assert main(["equivalence", "--study", "test_resnet", "test_vit", "--accum", "1,2", "--effective-batch", "8",
                  "--out", str(tmp_path)]) == 0

@@ -35,6 +35,7 @@ def _cell(model: str, precision: str, checkpointing: str, optimizer: str, accum_
     ("test_resnet", "bf16", "full", "sgd", 1),
     ("test_vit", "fp32", "off", "adamw8bit", 2),
 ])
+@pytest.mark.slow
 def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, checkpointing, optimizer,
                                                              accum_steps):
     # Equal to 4 digits, mostly to the byte: a few real CPU kernels allocate a little more than
@@ -51,6 +52,7 @@ def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, c
     assert estimate.traced.optimizer_state_bytes == measured["optimizer_state_bytes"]
 
 
+@pytest.mark.slow
 def test_cached_fake_models_start_every_cell_fresh():
     shared = FakeModels()
     estimate_cell(_cell("test_vit", "fp32", "off", "adamw", 2), "cpu", shared)  # leaves state behind, if any
@@ -58,6 +60,7 @@ def test_cached_fake_models_start_every_cell_fresh():
     assert estimate_cell(sgd, "cpu", shared).traced == estimate_cell(sgd, "cpu").traced
 
 
+@pytest.mark.slow
 def test_cuda_estimate_adds_block_rounding_inputs_and_workspace():
     cell = _cell("test_vit", "bf16", "off", "adamw", 2)
     cpu, cuda = estimate_cell(cell, "cpu"), estimate_cell(cell, "cuda")
@@ -72,6 +75,7 @@ def test_cuda_estimate_adds_block_rounding_inputs_and_workspace():
     assert 0 <= cuda.peak_reserved_bytes - cuda.peak_allocated_bytes < CUDA_SEGMENT_BYTES
 
 
+@pytest.mark.slow
 def test_peak_grows_with_the_micro_batch_and_falls_with_checkpointing():
     peaks = [estimate_cell(_cell("test_vit", "fp32", "off", "sgd", 1, micro_batch=mb), "cuda").peak_bytes
              for mb in (8, 16, 32)]

@@ -363,6 +363,7 @@ def test_run_says_how_to_set_bad_lines_aside(tmp_path):
 
 # --- readers read, only run repairs --------------------------------------------------------------
 
+@pytest.mark.slow
 def test_readers_leave_a_torn_last_line_and_only_the_writer_sets_it_aside(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     root, runs = _corrupt_folder(tmp_path, "garbage line")
