@@ -16,9 +16,10 @@ import torch  # noqa: F401 - loaded before the tests: its first import runs ldco
 from matplotlib import font_manager  # noqa: F401 - likewise: on a new install its first import builds the font cache with fc-list
 
 REPO = Path(__file__).resolve().parent.parent
-# The device tag of the committed CPU rows (the one results/resnet50/cpu-* folder): tests that read them follow a
-# re-measurement on another machine instead of naming one.
-(CPU_TAG,) = [folder.name for folder in (REPO / "results" / "resnet50").glob("cpu-*")]
+# Measured rows the tests own (tests/data/cpu_rows/README.md): no test depends on which machines' folders lie under
+# results/, and a re-measurement changes no test but the one that checks the committed rows.
+CPU_ROWS = REPO / "tests" / "data" / "cpu_rows" / "runs.csv"
+CPU_TAG = "cpu-rows"  # the device folder tests copy CPU_ROWS under (results/<study>/<device>/runs.csv)
 
 
 @pytest.fixture(autouse=True)

@@ -11,12 +11,12 @@ import sys
 import warnings
 
 import pytest
-from conftest import CPU_TAG, REPO
+from conftest import CPU_ROWS, REPO
 
 from bench.cli import _log_warnings, _parser, main, subcommand_parsers
 from bench.errors import MissingExtra
 
-RESNET_CPU_ROWS = REPO / "results" / "resnet50" / CPU_TAG
+RESNET_CPU_ROWS = CPU_ROWS.parent
 
 
 @pytest.fixture(autouse=True)

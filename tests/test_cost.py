@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from conftest import REPO, paragraphs, read_rows, run_bench
+from conftest import CPU_ROWS, REPO, paragraphs, read_rows, run_bench
 
 from bench.cost.catalog import COLUMNS as CATALOG_COLUMNS
 from bench.cost.catalog import Instance, load_catalog
@@ -354,7 +354,7 @@ def test_a_measurement_scaled_by_the_model_beats_the_model_alone():
 def test_a_measured_line_carries_its_rows_95_percent_interval():
     from bench.cost.outputs import load_ok_rows
 
-    folder = next(REPO.glob("results/resnet50/cpu-*"))
+    folder = CPU_ROWS.parent
     rows = load_ok_rows(folder)
     raw = {r["cell_id"]: r for r in read_rows(folder / "runs.csv") if r["status"] == "ok"}
     assert rows

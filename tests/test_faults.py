@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CPU_TAG, REPO, read_rows
+from conftest import CPU_ROWS, REPO, read_rows
 
 import bench.results.store as store
 from bench.cli import main
@@ -234,10 +234,10 @@ def test_every_shipped_grid_still_loads():
 # --- bad command-line input --------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [
-    ["cost", f"results/resnet50/{CPU_TAG}", "--epochs", "nan"],
-    ["cost", f"results/resnet50/{CPU_TAG}", "--epochs", "inf"],
-    ["cost", f"results/resnet50/{CPU_TAG}", "--headroom", "-inf"],
-    ["plan", f"results/resnet50/{CPU_TAG}", "--model", "resnet50", "--effective-batch", "x"],
+    ["cost", str(CPU_ROWS.parent), "--epochs", "nan"],
+    ["cost", str(CPU_ROWS.parent), "--epochs", "inf"],
+    ["cost", str(CPU_ROWS.parent), "--headroom", "-inf"],
+    ["plan", str(CPU_ROWS.parent), "--model", "resnet50", "--effective-batch", "x"],
     ["run", "experiments/smoke.toml", "--timeout-s", "nan"],
     ["run", "experiments/smoke.toml", "--memory-limit-gib", "inf"],
     ["probe", "test_resnet", "--memory-gib", "nan"],
@@ -304,10 +304,9 @@ def _corruptions(header: list[str], line: str) -> dict[str, bytes]:
 
 
 def _corrupt_folder(tmp_path: Path, corruption: str) -> tuple[Path, Path]:
-    """A results root holding the committed claims_leak rows under this machine's device tag, with
-    one corruption; returns (root, runs file)."""
-    (source,) = (REPO / "results" / "claims_leak").glob("cpu-*/runs.csv")
-    text = source.read_text()
+    """A results root holding measured rows (the tests' own) as claims_leak rows under this machine's device tag,
+    with one corruption; returns (root, runs file)."""
+    text = CPU_ROWS.read_text()
     lines = text.splitlines()
     bad = _corruptions(lines[0].split(","), lines[1])[corruption]
     corrupted = (bad + "\n" + "\n".join(lines[1:]) + "\n") if corruption == "unknown column" else text + bad + "\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import CPU_TAG, REPO, read_rows
+from conftest import CPU_ROWS, CPU_TAG, REPO, read_rows
 from test_faults import GRID_CASES
 
 from bench.cli import main
@@ -33,7 +33,7 @@ from bench.results.read import MAX_RUNS_FILE_BYTES, read_runs
 from bench.results.schema import COLUMNS
 from bench.results.store import RunsFile
 
-ROWS = REPO / "results" / "resnet50" / CPU_TAG / "runs.csv"
+ROWS = CPU_ROWS
 SMOKE = REPO / "experiments" / "smoke.toml"
 CATALOG = (REPO / "bench" / "data" / "instances.csv").read_text()
 SKYPILOT = REPO / "tests" / "data" / "skypilot" / "aws_vms_v7_excerpt.csv"
