@@ -6,6 +6,7 @@ import csv
 import itertools
 import multiprocessing.process
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -58,6 +59,22 @@ def run_bench(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedPro
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True,
                           text=True, env=env, timeout=1800, **kwargs)  # a hang guard, not a speed limit
+
+
+def bench_in_process(capfd, *args: str) -> subprocess.CompletedProcess:
+    """`bench ARGS` through `bench.cli.main` in this process, answered as `run_bench` answers: for a test about what
+    the command does, not about a fresh interpreter (which costs 3-5 s of importing torch). The signal handlers
+    `bench run` installs are put back."""
+    from bench.cli import main
+
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = main(list(args))
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["bench", *args], code, out, err)
 
 
 def paragraphs(text: str, prefix: str) -> list[str]:
