@@ -84,6 +84,7 @@ def test_list_json(capfd):
     assert all(cell["cell_id"].startswith(cell["model"]) for cell in grid["cells"])
 
 
+@pytest.mark.slow
 def test_probe_json_and_trials_on_stderr(capfd):
     assert main(["probe", "test_resnet", "--memory-gib", "1", "--format", "json"]) == 0
     captured = capfd.readouterr()

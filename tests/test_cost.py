@@ -110,6 +110,7 @@ def test_a_gpu_row_on_another_gpu_scales_by_the_models_ratio_between_the_two():
     assert gpu_speed(row, gpu_spec("A100-40GB")).basis == "measured"
 
 
+@pytest.mark.slow
 def test_a_gpu_rows_model_speeds_are_the_throughput_models_own_predictions():
     from bench.cost.outputs import with_model_speeds
     from bench.speed.predict import predict_on

@@ -52,6 +52,7 @@ def test_batchnorm_model_differs_and_frozen_statistics_or_groupnorm_restore_it()
         assert fixed.grad_rel_l2 < FP32_TOLERANCE and fixed.equivalent, (fix, fixed.reason)
 
 
+@pytest.mark.slow
 def test_missing_division_makes_gradients_k_times_too_large():
     prepared = _prepared("test_vit", "no_divide")
     for accum_steps in (2, 4, 8):
@@ -62,6 +63,7 @@ def test_missing_division_makes_gradients_k_times_too_large():
         assert not comparison.equivalent and "loss not divided by K" in comparison.reason
 
 
+@pytest.mark.slow
 def test_adamw_first_step_hides_the_missing_division_in_the_weights():
     # Adam divides by the gradient's own scale: K times the gradient gives nearly the same step.
     comparison = compare(_prepared("test_vit", "no_divide", optimizer="adamw"), 4)
@@ -69,6 +71,7 @@ def test_adamw_first_step_hides_the_missing_division_in_the_weights():
     assert comparison.weights_rel_l2 < 1e-2
 
 
+@pytest.mark.slow
 def test_mean_of_means_with_unequal_micro_batches_differs_and_count_normalised_is_exact():
     mean_of_means = compare(_prepared("test_vit", "mean_of_means"), 4)
     assert mean_of_means.micro_batch_sizes == (6, 2, 6, 2)

@@ -79,6 +79,7 @@ def results_folder(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_report_writes_every_chart_and_the_tables(results_folder):
     written = {path.name for path in build_report(results_folder)}
     assert written == set(CHARTS) | {"REPORT.md", "accumulation_cost.csv"}

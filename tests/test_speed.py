@@ -104,6 +104,7 @@ def test_a_tiny_step_is_bound_by_its_overheads_and_its_gpu_time_grows_with_the_m
         assert gpu_ms == sorted(gpu_ms), (gpu, gpu_ms)
 
 
+@pytest.mark.slow
 def test_a_gpu_without_a_datasheet_peak_is_refused_not_guessed():
     with pytest.raises(NoDatasheetPeak, match="T4.*bf16_tflops"):
         gpu_rates(gpu_spec("T4"), "bf16")
