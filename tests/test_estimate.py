@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import read_rows, run_bench
+from conftest import bench_in_process, read_rows
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -85,9 +85,9 @@ def test_peak_grows_with_the_micro_batch_and_falls_with_checkpointing():
 
 
 @pytest.mark.slow
-def test_estimate_command_writes_rows_and_chart(tmp_path):
+def test_estimate_command_writes_rows_and_chart(tmp_path, capfd):
     results = tmp_path / "results"
-    done = run_bench("estimate", "experiments/smoke.toml", "--results", str(results))
+    done = bench_in_process(capfd, "estimate", "experiments/smoke.toml", "--results", str(results))
     assert done.returncode == 0, done.stderr
     folder = results / "smoke" / "estimate"
     assert (folder / "runs.csv").read_text().splitlines()[0] == ",".join(ESTIMATE_COLUMNS)
@@ -97,15 +97,14 @@ def test_estimate_command_writes_rows_and_chart(tmp_path):
     assert all("H200" in r["fits_gpus"].split(";") and "not modelled" in r["estimate_method"] for r in rows)
     assert (folder / "memory_estimate.png").stat().st_size > 0
 
-    cpu = run_bench("estimate", "experiments/smoke.toml", "--results", str(results), "--profile", "cpu")
+    cpu = bench_in_process(capfd, "estimate", "experiments/smoke.toml", "--results", str(results), "--profile", "cpu")
     assert cpu.returncode == 0, cpu.stderr
     rows = read_rows(folder / "runs.csv")
     assert sorted(r["profile"] for r in rows) == ["cpu"] * 4 + ["cuda"] * 4  # the CUDA rows are kept
     assert all(r["fits_gpus"] == "" and r["peak_allocated_bytes"] == "" for r in rows if r["profile"] == "cpu")
 
 
-@pytest.mark.slow
-def test_estimate_of_a_missing_grid_is_one_line_and_exit_2(tmp_path):
-    result = run_bench("estimate", str(tmp_path / "nowhere.toml"))
+def test_estimate_of_a_missing_grid_is_one_line_and_exit_2(tmp_path, capfd):
+    result = bench_in_process(capfd, "estimate", str(tmp_path / "nowhere.toml"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"bench: {tmp_path / 'nowhere.toml'}: no such grid file"
