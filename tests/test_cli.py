@@ -98,6 +98,7 @@ def test_probe_json_and_trials_on_stderr(capfd):
     assert f"limit in [{predicted['largest_micro_batch']}, {predicted['largest_micro_batch'] + 1})" in captured.err
 
 
+@pytest.mark.slow
 def test_probe_text_prints_trials_then_the_answer(capfd):
     assert main(["probe", "test_resnet", "--memory-gib", "1"]) == 0
     captured = capfd.readouterr()

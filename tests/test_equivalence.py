@@ -35,6 +35,7 @@ def test_layernorm_model_matches_the_large_batch_up_to_k_16():
         assert abs(comparison.loss_accumulated - comparison.loss_large_batch) < 1e-5
 
 
+@pytest.mark.slow
 def test_layernorm_model_matches_to_fp64_rounding():
     comparison = compare(_prepared("test_vit", "correct", dtype="fp64"), 8)
     assert comparison.grad_rel_l2 < 1e-12
@@ -120,6 +121,7 @@ def test_settings_that_cannot_run_name_the_setting(model, variant, accum_steps, 
     assert raised.value.setting == setting
 
 
+@pytest.mark.slow
 def test_cli_prints_the_comparison_and_the_verdict(capsys):
     assert main(["equivalence", "test_resnet", "--effective-batch", "8", "--accum", "2"]) == 0
     out = capsys.readouterr().out
