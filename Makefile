@@ -21,7 +21,8 @@ constraints: install
 		--output-file constraints.txt pyproject.toml
 
 # Every test, doctests included; test-fast (at most 2 minutes on 2 cores) leaves out those marked slow: they start
-# a process, or take more than about 1.5 s (listed in tests/conftest.py SLOW_TESTS).
+# a process, or take more than about 1.5 s (@pytest.mark.slow on the test itself; tests/conftest.py refuses a
+# process in an unmarked test).
 test: install
 	$(BIN)/python -m pytest -q
 

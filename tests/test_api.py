@@ -36,6 +36,7 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
     assert not (tmp_path / LOCK_NAME).exists()
 
 
+@pytest.mark.slow
 def test_plan_predicts_by_default_as_bench_plan_does():
     """No rows of the model on a GPU: `bench.plan` adds the throughput model's options, as `bench plan` does."""
     plan = bench.plan(model="test_resnet", effective_batch=16, image_size=32, gpus=("L4",), precisions=("bf16",))

@@ -72,6 +72,7 @@ def _cell(**axes) -> Cell:
     ({"model": "test_resnet", "precision": "fp16", "checkpointing": "full"}, "cpu"),
     ({"optimizer": "sgd", "precision": "fp32"}, "cuda"),
 ])
+@pytest.mark.slow
 def test_an_estimate_from_two_micro_batches_equals_the_full_trace(axes, target, tmp_path, monkeypatch):
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
     cell = _cell(**axes)

@@ -8,7 +8,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from conftest import read_rows, run_bench
+from conftest import bench_in_process, read_rows
 
 from bench.cli import main
 from bench.cost.catalog import (
@@ -324,10 +324,10 @@ def _write(path: Path, content: str | bytes) -> Path:
 
 # --- as a user runs it ---------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_imported_catalog_prices_a_results_folder_with_bench_cost(tmp_path):
+@pytest.mark.slow  # 1.4-3.5 s (a catalog import and a cost run), no longer a process
+def test_imported_catalog_prices_a_results_folder_with_bench_cost(tmp_path, capfd):
     vms = _vms(tmp_path, "gcp")
-    imported = run_bench("catalog", "import", str(vms), "--observed", "2026-11-30")
+    imported = bench_in_process(capfd, "catalog", "import", str(vms), "--observed", "2026-11-30")
     assert imported.returncode == 0, imported.stderr
     written = vms.parent / "instances-gcp-2026-11-30.csv"
     folder = tmp_path / "results" / "resnet50" / "nvidia-a100-sxm4-40gb"
@@ -338,7 +338,7 @@ def test_imported_catalog_prices_a_results_folder_with_bench_cost(tmp_path):
         "checkpointing", "optimizer", "device_type", "device_name", "samples_per_s", "mfu_pct",
         "model_flops_per_sample", "peak_memory_bytes", "memory_source")},
         "effective_batch": row.effective_batch, "status": "ok"})
-    result = run_bench("cost", str(folder), "--catalog", str(written), "--provider", "gcp")
+    result = bench_in_process(capfd, "cost", str(folder), "--catalog", str(written), "--provider", "gcp")
     assert result.returncode == 0, result.stderr
     lines = read_rows(folder / "cost" / "cost.csv")
     (a2,) = [r for r in lines if r["instance"] == "a2-highgpu-8g" and r["price_observed"] == "2026-11-30"]

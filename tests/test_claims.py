@@ -96,6 +96,7 @@ def test_a_cuda_allocator_claim_is_not_testable_with_cpu_rows_only(tmp_path):
     assert finding.verdict == "not testable here" and "not testable on CPU" in finding.note
 
 
+@pytest.mark.slow
 def test_the_table_regenerates_byte_for_byte(tmp_path):
     _write_rows(tmp_path, "claims_vit_l16", "cpu-x", [_state_row("cpu", 600 * MB)])
     out = tmp_path / "claims" / "cpu-x"
@@ -121,12 +122,14 @@ def leak_rows() -> dict[str, dict]:
     return {name: _measure(loss_tracking=name, trace_steps=4) for name in ("detached", "live_tensor")}
 
 
+@pytest.mark.slow
 def test_the_live_loss_tensor_keeps_a_growing_graph(leak_rows):
     nodes = json.loads(leak_rows["live_tensor"]["kept_graph_nodes"])
     assert len(nodes) == 4 and all(later > earlier for earlier, later in zip(nodes, nodes[1:]))
     assert json.loads(leak_rows["detached"]["kept_graph_nodes"]) == [0, 0, 0, 0]
 
 
+@pytest.mark.slow
 def test_the_live_loss_keeps_graph_nodes_not_tensors(leak_rows):
     # backward() frees each graph's saved tensors: tensor memory after each step stays flat
     # (within one scalar per step) with the live tensor as with the detached one.
@@ -136,12 +139,14 @@ def test_the_live_loss_keeps_graph_nodes_not_tensors(leak_rows):
     assert len(live) == 4 and live[-1] - live[0] < 1024 and detached[-1] - detached[0] < 1024
 
 
+@pytest.mark.slow
 def test_every_micro_step_runs_at_the_same_weights(leak_rows):
     trace = json.loads(leak_rows["detached"]["step_memory"])
     forwards = {(step, version) for step, phase, _, _, version in trace if phase == "forward"}
     assert len({version for _, version in forwards}) == len({step for step, _ in forwards}) == 4
 
 
+@pytest.mark.slow
 def test_zero_grad_zeros_keeps_the_gradients_after_the_step():
     def after_zero_grad(row: dict) -> int:
         return [nbytes for _, phase, _, nbytes, _ in json.loads(row["step_memory"]) if phase == "zero_grad"][-1]
@@ -160,12 +165,14 @@ def _head_gradient(aux_loss: str) -> torch.Tensor:
     return gradients["head"]
 
 
+@pytest.mark.slow
 def test_aux_loss_attached_changes_the_gradient_and_detached_does_not():
     off, attached, detached = (_head_gradient(name) for name in ("off", "attached", "detached"))
     assert torch.equal(off, detached)  # seed 000's "fix" removes the term's gradient altogether
     assert not torch.allclose(off, attached)
 
 
+@pytest.mark.slow
 def test_last_n_checkpointing_lies_between_off_and_full():
     saved = {mode: saved_activations_bytes(_as_row(_measure(model="test_vit", micro_batch=16, accum_steps=1,
                                                             optimizer="sgd", checkpointing=mode)))

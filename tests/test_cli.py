@@ -11,12 +11,12 @@ import sys
 import warnings
 
 import pytest
-from conftest import CPU_TAG, REPO
+from conftest import CPU_ROWS, REPO
 
 from bench.cli import _log_warnings, _parser, main, subcommand_parsers
 from bench.errors import MissingExtra
 
-RESNET_CPU_ROWS = REPO / "results" / "resnet50" / CPU_TAG
+RESNET_CPU_ROWS = CPU_ROWS.parent
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +84,7 @@ def test_list_json(capfd):
     assert all(cell["cell_id"].startswith(cell["model"]) for cell in grid["cells"])
 
 
+@pytest.mark.slow
 def test_probe_json_and_trials_on_stderr(capfd):
     assert main(["probe", "test_resnet", "--memory-gib", "1", "--format", "json"]) == 0
     captured = capfd.readouterr()
@@ -97,6 +98,7 @@ def test_probe_json_and_trials_on_stderr(capfd):
     assert f"limit in [{predicted['largest_micro_batch']}, {predicted['largest_micro_batch'] + 1})" in captured.err
 
 
+@pytest.mark.slow
 def test_probe_text_prints_trials_then_the_answer(capfd):
     assert main(["probe", "test_resnet", "--memory-gib", "1"]) == 0
     captured = capfd.readouterr()
@@ -114,6 +116,7 @@ def test_plan_json(capfd):
     assert doc["reason"].startswith(doc["options"][0]["instance"])
 
 
+@pytest.mark.slow
 def test_cost_json(capfd, tmp_path):
     folder = tmp_path / "resnet50" / "cpu"
     folder.mkdir(parents=True)
@@ -126,6 +129,7 @@ def test_cost_json(capfd, tmp_path):
                                                for name in ("cost.csv", "cost.md", "usd_per_run.png"))
 
 
+@pytest.mark.slow
 def test_estimate_json(capfd, tmp_path):
     doc = _json(capfd, ["estimate", "experiments/smoke.toml", "--profile", "cpu", "--results", str(tmp_path),
                         "--format", "json"])

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO
+from conftest import CPU_ROWS, REPO
 
 from bench.cli import main
 from bench.results.read import read_text
 from bench.results.schema import COLUMNS, PREDICTED_COLUMNS
 from bench.results.store import RunsFile
 
-CPU_RUNS = next((REPO / "results" / "resnet50").glob("cpu-*/runs.csv"))
+CPU_RUNS = CPU_ROWS
 PREDICTED_RUNS = REPO / "results" / "resnet50" / "predicted" / "runs.csv"
 
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from conftest import REPO, paragraphs, read_rows, run_bench
+from conftest import CPU_ROWS, REPO, bench_in_process, paragraphs, read_rows
 
 from bench.cost.catalog import COLUMNS as CATALOG_COLUMNS
 from bench.cost.catalog import Instance, load_catalog
@@ -110,6 +110,7 @@ def test_a_gpu_row_on_another_gpu_scales_by_the_models_ratio_between_the_two():
     assert gpu_speed(row, gpu_spec("A100-40GB")).basis == "measured"
 
 
+@pytest.mark.slow
 def test_a_gpu_rows_model_speeds_are_the_throughput_models_own_predictions():
     from bench.cost.outputs import with_model_speeds
     from bench.speed.predict import predict_on
@@ -354,7 +355,7 @@ def test_a_measurement_scaled_by_the_model_beats_the_model_alone():
 def test_a_measured_line_carries_its_rows_95_percent_interval():
     from bench.cost.outputs import load_ok_rows
 
-    folder = next(REPO.glob("results/resnet50/cpu-*"))
+    folder = CPU_ROWS.parent
     rows = load_ok_rows(folder)
     raw = {r["cell_id"]: r for r in read_rows(folder / "runs.csv") if r["status"] == "ok"}
     assert rows
@@ -438,10 +439,10 @@ def _results_folder(tmp_path, rows: list[MeasuredRow], status: str = "ok"):
 
 
 @pytest.mark.slow
-def test_cost_command_writes_csv_markdown_and_chart_next_to_the_results(tmp_path):
+def test_cost_command_writes_csv_markdown_and_chart_next_to_the_results(tmp_path, capfd):
     folder = _results_folder(tmp_path, _plan_rows())
     empty = _results_folder(tmp_path / "other", [_row(cell_id="oom")], status="oom")
-    result = run_bench("cost", str(folder), str(empty))
+    result = bench_in_process(capfd, "cost", str(folder), str(empty))
     assert result.returncode == 0, result.stderr
     assert "oldest price used: 2024-09" in result.stdout and "no ok rows, skipped" in result.stdout
     written = folder / "cost"
@@ -468,37 +469,36 @@ def test_cost_command_writes_csv_markdown_and_chart_next_to_the_results(tmp_path
 
 
 @pytest.mark.slow
-def test_cost_command_refuses_cpu_rows_unless_asked(tmp_path):
+def test_cost_command_refuses_cpu_rows_unless_asked(tmp_path, capfd):
     cpu = _row(profile="cpu", device_type="cpu", device_name="Some CPU", image_size=32, micro_batch=16,
                memory_source="tracked_tensors")
     folder = _results_folder(tmp_path, [cpu])
-    refused = run_bench("cost", str(folder))
+    refused = bench_in_process(capfd, "cost", str(folder))
     assert refused.returncode == 0 and "CPU-profile row" in refused.stdout and not (folder / "cost").exists()
-    allowed = run_bench("cost", str(folder), "--allow-cpu-projection")
+    allowed = bench_in_process(capfd, "cost", str(folder), "--allow-cpu-projection")
     assert allowed.returncode == 0 and "NOT GPU measurements" in allowed.stdout
     assert {r["basis"] for r in read_rows(folder / "cost" / "cost.csv") if r["status"] == "priced"} == \
         {"projected_from_cpu_profile"}
 
 
-@pytest.mark.slow
-def test_bad_catalog_and_bad_folder_exit_2_with_one_line(tmp_path):
+def test_bad_catalog_and_bad_folder_exit_2_with_one_line(tmp_path, capfd):
     folder = _results_folder(tmp_path, _plan_rows())
     bad = tmp_path / "prices.csv"
     bad.write_text(",".join(column for column in CATALOG_COLUMNS if column != "vcpus") + "\n"
                    + _GOOD.replace("32.7726", "cheap") + "\n")
-    result = run_bench("cost", str(folder), "--catalog", str(bad))
+    result = bench_in_process(capfd, "cost", str(folder), "--catalog", str(bad))
     assert result.returncode == 2
     assert result.stderr.strip() == f"bench: {bad}: row 1 (line 2), column usd_per_hour: 'cheap': " \
                                     f"Input should be a valid number, unable to parse string as a number"
-    missing = run_bench("plan", str(tmp_path / "nowhere"), "--model", "resnet50", "--effective-batch", "128")
+    missing = bench_in_process(capfd, "plan", str(tmp_path / "nowhere"), "--model", "resnet50", "--effective-batch", "128")
     assert missing.returncode == 2 and "nowhere: no such folder" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
-def test_plan_command_prints_a_ranking_and_one_reason(tmp_path):
+def test_plan_command_prints_a_ranking_and_one_reason(tmp_path, capfd):
     folder = _results_folder(tmp_path, _plan_rows())
-    result = run_bench("plan", str(folder), "--model", "resnet50", "--effective-batch", "128", "--provider", "lambda")
+    result = bench_in_process(capfd, "plan", str(folder), "--model", "resnet50", "--effective-batch", "128", "--provider", "lambda")
     assert result.returncode == 0, result.stderr
     why = paragraphs(result.stdout, "why: ")
     # 128x1 measured at 2000 samples/s on an A100: $20.66 on Lambda's A100 at $1.29/h. Carried to an H100 PCIe by
@@ -513,6 +513,6 @@ def test_plan_command_prints_a_ranking_and_one_reason(tmp_path):
                      r"of public rows\s+on two GPUs, median error [\d.]+ %, p90 [\d.]+ %\)", result.stdout)
     assert "projected_from_gpu" not in result.stdout  # ResNet-50 traces: no MFU carried over
     assert "oldest price used: 2024-09" in result.stdout
-    nothing = run_bench("plan", str(folder), "--model", "resnet50", "--effective-batch", "128",
+    nothing = bench_in_process(capfd, "plan", str(folder), "--model", "resnet50", "--effective-batch", "128",
                         "--budget-usd", "0.01")
     assert nothing.returncode == 1 and "why: nothing fits the request" in nothing.stdout

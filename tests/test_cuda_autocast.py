@@ -81,6 +81,7 @@ def test_eager_attention_keeps_fp32_probabilities_under_cudas_policy(dtype):
     assert _saved_probability_dtypes(dtype, cuda_policy=False) == {dtype}  # CPU autocast: no fp32 copy
 
 
+@pytest.mark.slow
 def test_the_weight_cast_cache_is_its_own_category_of_one_low_precision_copy_per_weight():
     estimate = estimate_cell(_cell("fp16", micro_batch=64), "cuda")  # large enough to peak in backward
     model = build_model("test_vit", 32, device="meta")
@@ -92,6 +93,7 @@ def test_the_weight_cast_cache_is_its_own_category_of_one_low_precision_copy_per
     assert estimate_cell(_cell("fp32", micro_batch=64), "cuda").autocast_cache_bytes == 0
 
 
+@pytest.mark.slow
 def test_sdpa_on_cuda_is_flash_or_efficient_and_saves_less_than_eager_or_math():
     models = FakeModels()
     flash = estimate_cell(_cell("fp16", "sdpa"), "cuda", models)
@@ -118,6 +120,7 @@ def test_every_reference_row_below_512_has_the_oom_side_timm_tried_before_it():
     ("vit_large_patch14_224", 224, 64),  # timm ran 48 after 64 ran out of memory
     ("vit_base_patch16_384", 384, 48),  # timm ran 32 after 48 did
 ])
+@pytest.mark.slow
 def test_the_issues_two_vit_oom_batches_do_not_fit_a_24_gb_card(model, image_size, batch_size):
     cell = validation_cell(model, image_size, batch_size, channels_last=False)
     estimate = estimate_cell(cell, "cuda", capability=RTX3090_CAPABILITY)

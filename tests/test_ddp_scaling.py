@@ -152,6 +152,7 @@ def test_the_dle_8_gpu_rows_never_scale_better_than_their_all_reduce_allows():
     assert all(0.99 < row["predicted_efficiency"] <= 1 for row in table)
 
 
+@pytest.mark.slow
 def test_plan_rows_carry_their_fp32_gradients_and_scale_by_the_interconnect():
     from bench.speed.predict import PlanCandidates, plan_predictions
     from bench.train.models import build_model

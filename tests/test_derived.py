@@ -26,7 +26,7 @@ def test_the_committed_rows_derive_what_the_runner_wrote(path):
 
 
 def test_a_baseline_measured_again_changes_the_figure_at_the_next_read(tmp_path):
-    (ddp,) = (REPO / "results" / "ddp").glob("cpu-*/runs.csv")
+    ddp = REPO / "tests" / "data" / "ddp_rows" / "runs.csv"  # see tests/data/cpu_rows/README.md
     rows = read_text(ddp).rows
     runs = RunsFile(tmp_path / "runs.csv")
     for row in rows:

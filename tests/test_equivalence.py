@@ -25,6 +25,7 @@ def _prepared(model: str, variant: str, effective_batch: int = 16, **settings):
     return prepare(Settings(model=model, effective_batch=effective_batch, **settings), variant)
 
 
+@pytest.mark.slow
 def test_layernorm_model_matches_the_large_batch_up_to_k_16():
     prepared = _prepared("test_vit", "correct")
     for accum_steps in (1, 2, 4, 8, 16):
@@ -34,12 +35,14 @@ def test_layernorm_model_matches_the_large_batch_up_to_k_16():
         assert abs(comparison.loss_accumulated - comparison.loss_large_batch) < 1e-5
 
 
+@pytest.mark.slow
 def test_layernorm_model_matches_to_fp64_rounding():
     comparison = compare(_prepared("test_vit", "correct", dtype="fp64"), 8)
     assert comparison.grad_rel_l2 < 1e-12
     assert comparison.equivalent and comparison.tolerance < FP32_TOLERANCE
 
 
+@pytest.mark.slow
 def test_batchnorm_model_differs_and_frozen_statistics_or_groupnorm_restore_it():
     batchnorm = compare(_prepared("test_resnet", "correct"), 4)
     assert batchnorm.grad_rel_l2 > 1e-2 and not batchnorm.equivalent
@@ -50,6 +53,7 @@ def test_batchnorm_model_differs_and_frozen_statistics_or_groupnorm_restore_it()
         assert fixed.grad_rel_l2 < FP32_TOLERANCE and fixed.equivalent, (fix, fixed.reason)
 
 
+@pytest.mark.slow
 def test_missing_division_makes_gradients_k_times_too_large():
     prepared = _prepared("test_vit", "no_divide")
     for accum_steps in (2, 4, 8):
@@ -60,6 +64,7 @@ def test_missing_division_makes_gradients_k_times_too_large():
         assert not comparison.equivalent and "loss not divided by K" in comparison.reason
 
 
+@pytest.mark.slow
 def test_adamw_first_step_hides_the_missing_division_in_the_weights():
     # Adam divides by the gradient's own scale: K times the gradient gives nearly the same step.
     comparison = compare(_prepared("test_vit", "no_divide", optimizer="adamw"), 4)
@@ -67,6 +72,7 @@ def test_adamw_first_step_hides_the_missing_division_in_the_weights():
     assert comparison.weights_rel_l2 < 1e-2
 
 
+@pytest.mark.slow
 def test_mean_of_means_with_unequal_micro_batches_differs_and_count_normalised_is_exact():
     mean_of_means = compare(_prepared("test_vit", "mean_of_means"), 4)
     assert mean_of_means.micro_batch_sizes == (6, 2, 6, 2)
@@ -76,6 +82,7 @@ def test_mean_of_means_with_unequal_micro_batches_differs_and_count_normalised_i
     assert sum_then_divide.grad_rel_l2 < FP32_TOLERANCE and sum_then_divide.equivalent
 
 
+@pytest.mark.slow
 def test_checkpoint_recompute_updates_batchnorm_statistics_twice():
     prepared = _prepared("test_resnet", "checkpoint")
     once = compare(prepared, 1)
@@ -114,6 +121,7 @@ def test_settings_that_cannot_run_name_the_setting(model, variant, accum_steps, 
     assert raised.value.setting == setting
 
 
+@pytest.mark.slow
 def test_cli_prints_the_comparison_and_the_verdict(capsys):
     assert main(["equivalence", "test_resnet", "--effective-batch", "8", "--accum", "2"]) == 0
     out = capsys.readouterr().out
@@ -134,6 +142,7 @@ def test_cli_bad_input_is_one_line_naming_the_option(capsys, args, option, allow
     assert f": {option}: " in error and allowed in error, error
 
 
+@pytest.mark.slow
 def test_study_writes_table_chart_and_csv_and_the_tables_regenerate_from_the_csv(tmp_path, capsys):
     assert main(["equivalence", "--study", "test_resnet", "test_vit", "--accum", "1,2", "--effective-batch", "8",
                  "--out", str(tmp_path)]) == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import read_rows, run_bench
+from conftest import bench_in_process, read_rows
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -35,6 +35,7 @@ def _cell(model: str, precision: str, checkpointing: str, optimizer: str, accum_
     ("test_resnet", "bf16", "full", "sgd", 1),
     ("test_vit", "fp32", "off", "adamw8bit", 2),
 ])
+@pytest.mark.slow
 def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, checkpointing, optimizer,
                                                              accum_steps):
     # Equal to 4 digits, mostly to the byte: a few real CPU kernels allocate a little more than
@@ -51,6 +52,7 @@ def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, c
     assert estimate.traced.optimizer_state_bytes == measured["optimizer_state_bytes"]
 
 
+@pytest.mark.slow
 def test_cached_fake_models_start_every_cell_fresh():
     shared = FakeModels()
     estimate_cell(_cell("test_vit", "fp32", "off", "adamw", 2), "cpu", shared)  # leaves state behind, if any
@@ -58,6 +60,7 @@ def test_cached_fake_models_start_every_cell_fresh():
     assert estimate_cell(sgd, "cpu", shared).traced == estimate_cell(sgd, "cpu").traced
 
 
+@pytest.mark.slow
 def test_cuda_estimate_adds_block_rounding_inputs_and_workspace():
     cell = _cell("test_vit", "bf16", "off", "adamw", 2)
     cpu, cuda = estimate_cell(cell, "cpu"), estimate_cell(cell, "cuda")
@@ -72,6 +75,7 @@ def test_cuda_estimate_adds_block_rounding_inputs_and_workspace():
     assert 0 <= cuda.peak_reserved_bytes - cuda.peak_allocated_bytes < CUDA_SEGMENT_BYTES
 
 
+@pytest.mark.slow
 def test_peak_grows_with_the_micro_batch_and_falls_with_checkpointing():
     peaks = [estimate_cell(_cell("test_vit", "fp32", "off", "sgd", 1, micro_batch=mb), "cuda").peak_bytes
              for mb in (8, 16, 32)]
@@ -81,9 +85,9 @@ def test_peak_grows_with_the_micro_batch_and_falls_with_checkpointing():
 
 
 @pytest.mark.slow
-def test_estimate_command_writes_rows_and_chart(tmp_path):
+def test_estimate_command_writes_rows_and_chart(tmp_path, capfd):
     results = tmp_path / "results"
-    done = run_bench("estimate", "experiments/smoke.toml", "--results", str(results))
+    done = bench_in_process(capfd, "estimate", "experiments/smoke.toml", "--results", str(results))
     assert done.returncode == 0, done.stderr
     folder = results / "smoke" / "estimate"
     assert (folder / "runs.csv").read_text().splitlines()[0] == ",".join(ESTIMATE_COLUMNS)
@@ -93,15 +97,14 @@ def test_estimate_command_writes_rows_and_chart(tmp_path):
     assert all("H200" in r["fits_gpus"].split(";") and "not modelled" in r["estimate_method"] for r in rows)
     assert (folder / "memory_estimate.png").stat().st_size > 0
 
-    cpu = run_bench("estimate", "experiments/smoke.toml", "--results", str(results), "--profile", "cpu")
+    cpu = bench_in_process(capfd, "estimate", "experiments/smoke.toml", "--results", str(results), "--profile", "cpu")
     assert cpu.returncode == 0, cpu.stderr
     rows = read_rows(folder / "runs.csv")
     assert sorted(r["profile"] for r in rows) == ["cpu"] * 4 + ["cuda"] * 4  # the CUDA rows are kept
     assert all(r["fits_gpus"] == "" and r["peak_allocated_bytes"] == "" for r in rows if r["profile"] == "cpu")
 
 
-@pytest.mark.slow
-def test_estimate_of_a_missing_grid_is_one_line_and_exit_2(tmp_path):
-    result = run_bench("estimate", str(tmp_path / "nowhere.toml"))
+def test_estimate_of_a_missing_grid_is_one_line_and_exit_2(tmp_path, capfd):
+    result = bench_in_process(capfd, "estimate", str(tmp_path / "nowhere.toml"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"bench: {tmp_path / 'nowhere.toml'}: no such grid file"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CPU_TAG, REPO, read_rows
+from conftest import CPU_ROWS, REPO, bench_in_process, read_rows
 
 import bench.results.store as store
 from bench.cli import main
@@ -234,10 +234,10 @@ def test_every_shipped_grid_still_loads():
 # --- bad command-line input --------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [
-    ["cost", f"results/resnet50/{CPU_TAG}", "--epochs", "nan"],
-    ["cost", f"results/resnet50/{CPU_TAG}", "--epochs", "inf"],
-    ["cost", f"results/resnet50/{CPU_TAG}", "--headroom", "-inf"],
-    ["plan", f"results/resnet50/{CPU_TAG}", "--model", "resnet50", "--effective-batch", "x"],
+    ["cost", str(CPU_ROWS.parent), "--epochs", "nan"],
+    ["cost", str(CPU_ROWS.parent), "--epochs", "inf"],
+    ["cost", str(CPU_ROWS.parent), "--headroom", "-inf"],
+    ["plan", str(CPU_ROWS.parent), "--model", "resnet50", "--effective-batch", "x"],
     ["run", "experiments/smoke.toml", "--timeout-s", "nan"],
     ["run", "experiments/smoke.toml", "--memory-limit-gib", "inf"],
     ["probe", "test_resnet", "--memory-gib", "nan"],
@@ -304,10 +304,9 @@ def _corruptions(header: list[str], line: str) -> dict[str, bytes]:
 
 
 def _corrupt_folder(tmp_path: Path, corruption: str) -> tuple[Path, Path]:
-    """A results root holding the committed claims_leak rows under this machine's device tag, with
-    one corruption; returns (root, runs file)."""
-    (source,) = (REPO / "results" / "claims_leak").glob("cpu-*/runs.csv")
-    text = source.read_text()
+    """A results root holding measured rows (the tests' own) as claims_leak rows under this machine's device tag,
+    with one corruption; returns (root, runs file)."""
+    text = CPU_ROWS.read_text()
     lines = text.splitlines()
     bad = _corruptions(lines[0].split(","), lines[1])[corruption]
     corrupted = (bad + "\n" + "\n".join(lines[1:]) + "\n") if corruption == "unknown column" else text + bad + "\n"
@@ -363,6 +362,7 @@ def test_run_says_how_to_set_bad_lines_aside(tmp_path):
 
 # --- readers read, only run repairs --------------------------------------------------------------
 
+@pytest.mark.slow
 def test_readers_leave_a_torn_last_line_and_only_the_writer_sets_it_aside(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     root, runs = _corrupt_folder(tmp_path, "garbage line")
@@ -569,26 +569,38 @@ def _rows_on_disk(results: Path) -> list[dict]:
     return read_rows(found[0]) if found else []
 
 
+def _wait_for_a_row(results: Path, process: subprocess.Popen, rows_before: int) -> None:
+    """Until the runs file holds more than `rows_before` rows or the run has ended: the event, not a fixed sleep."""
+    deadline = time.monotonic() + 300
+    while len(_rows_on_disk(results)) <= rows_before and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
-def test_random_kills_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path):
+def test_random_kills_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path, capfd):
+    """One campaign of several kills (it replaced test_runner's kill-and-resume run as well): no row is lost or
+    doubled, the rows on disk at each kill stay in the file as they were, and Ctrl-C stops a run mid-cell."""
     results = tmp_path / "results"
     chance = random.Random(16)
-    kills, finished = 0, []
-    # SIGKILL at random moments (while starting, mid-cell, between cells), then Ctrl-C once, then to the end.
-    for delay in (chance.uniform(1, 4), chance.uniform(4, 12), chance.uniform(8, 20)):
+    kills, on_disk = 0, []
+    # SIGKILL while starting (before any row), between cells (the moment a row lands) and mid-cell (a random
+    # moment after one); then Ctrl-C once, then to the end. Each waits on the runs file, not on a fixed delay.
+    for moment in ("starting", "between cells", "mid-cell"):
         process = _start(results)
-        time.sleep(delay)
+        if moment == "starting":
+            time.sleep(chance.uniform(0.5, 2))
+        else:
+            _wait_for_a_row(results, process, len(on_disk[-1]) if on_disk else 0)
+            time.sleep(chance.uniform(0.2, 1.5) if moment == "mid-cell" else 0)
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             kills += 1
         process.wait()
-        finished.append(len(_rows_on_disk(results)))
+        on_disk.append(_rows_on_disk(results))
     log = tmp_path / "interrupted.err"
     with log.open("w") as stderr:
         process = _start(results, stderr)
-        deadline = time.monotonic() + 300
-        while len(_rows_on_disk(results)) <= finished[-1] and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _wait_for_a_row(results, process, len(on_disk[-1]))
         if process.poll() is None:  # mid-cell: Ctrl-C
             process.send_signal(signal.SIGINT)
             began = time.monotonic()
@@ -598,18 +610,30 @@ def test_random_kills_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path):
             # (test_runner's ctrl_c test reproduces it): a hang guard here, not a limit load can reach.
             assert time.monotonic() - began < 30.0
         process.wait()
-        time.sleep(2)  # what the cell's process might still print
+        _wait_until_gone(process.pid)  # the cell's process might still print
     assert "Traceback" not in log.read_text() and "BrokenPipeError" not in log.read_text(), log.read_text()[-2000:]
-    done = subprocess.run(_command(results), cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = bench_in_process(capfd, *_command(results)[3:])  # the resume: in this process, the cells in their own
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _rows_on_disk(results)
     ids = [row["cell_id"] for row in rows]
     expected = {cell.cell_id for cell in load_grid(REPO / "experiments" / "smoke.toml", "cpu").cells}
     lost, doubled = len(expected - set(ids)), len(ids) - len(set(ids))
-    assert (lost, doubled) == (0, 0), (kills, finished, ids)
-    assert kills >= 2, "the kills came too late to test anything"
+    assert (lost, doubled) == (0, 0), (kills, [len(kept) for kept in on_disk], ids)
+    assert all(rows[:len(kept)] == kept for kept in on_disk)  # finished rows kept as they were
+    assert kills >= 2 and len(on_disk[-1]) >= 1, "the kills came too late or too early to test anything"
     (folder,) = {runs.parent for runs in results.glob("smoke/*/runs.csv")}
     assert not list(folder.glob(".runs.csv.*.tmp")) and not list(folder.glob(".preflight-*"))
+
+
+def _wait_until_gone(group: int, timeout_s: float = 10.0) -> None:
+    """Until no process of the process group `group` is left (the run's cells), or `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import CPU_TAG, REPO, read_rows
+from conftest import CPU_ROWS, CPU_TAG, REPO, read_rows
 from test_faults import GRID_CASES
 
 from bench.cli import main
@@ -33,7 +33,7 @@ from bench.results.read import MAX_RUNS_FILE_BYTES, read_runs
 from bench.results.schema import COLUMNS
 from bench.results.store import RunsFile
 
-ROWS = REPO / "results" / "resnet50" / CPU_TAG / "runs.csv"
+ROWS = CPU_ROWS
 SMOKE = REPO / "experiments" / "smoke.toml"
 CATALOG = (REPO / "bench" / "data" / "instances.csv").read_text()
 SKYPILOT = REPO / "tests" / "data" / "skypilot" / "aws_vms_v7_excerpt.csv"
@@ -322,6 +322,7 @@ def test_a_cell_measured_again_reads_as_its_last_row(work):
     assert after.samples_per_s.iloc[-1] == 12345.5 and list(after.cell_id[:-1]) == list(before.cell_id[1:])
 
 
+@pytest.mark.slow
 def test_a_runs_file_past_the_size_bound_is_refused_before_it_is_read(work, capsys):
     runs = work / "results" / "resnet50" / CPU_TAG / "runs.csv"
     with runs.open("r+b") as handle:  # sparse: 200 MB on the file system's books, nothing on the disk
@@ -354,6 +355,7 @@ def test_a_runs_file_as_spreadsheets_and_older_versions_write_it_reads_the_same_
     assert (read.samples_per_s.fillna(-1) == clean.samples_per_s.fillna(-1)).all()
 
 
+@pytest.mark.slow
 def test_report_reads_a_runs_file_linked_from_outside_and_leaves_the_target_alone(work, capsys):
     outside = work / "outside.csv"
     shutil.copy(ROWS, outside)
@@ -501,6 +503,7 @@ def test_a_bad_skypilot_import_is_refused(case, work, capsys):
     refused(argv + ([f"--today={value}"] if kind == "today" else []), work, capsys)
 
 
+@pytest.mark.slow
 def test_a_skypilot_file_of_50000_rows_imports_in_one_pass(work, capsys):
     """Many rows are read, not refused: the import counts them, and a dry run writes nothing."""
     lines = SKYPILOT.read_text().splitlines()
@@ -535,6 +538,7 @@ def test_catalog_answers_in_json(capsys):
 
 # --- concurrency ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_readers_never_see_a_half_row_while_the_writer_appends(tmp_path):
     runs = RunsFile(tmp_path / "runs.csv")
     template = read_rows(ROWS)

@@ -22,6 +22,7 @@ def _step_flops(model_name: str) -> tuple[float, float, float]:
     return sum(record.flops for record in recorder.records), corrected.get_total_flops(), plain.get_total_flops()
 
 
+@pytest.mark.slow
 def test_a_depthwise_convolutions_weight_gradient_is_counted_once_per_group():
     recorded, corrected, plain = _step_flops("test_efficientnet")  # depthwise convolutions
     assert recorded == corrected < plain  # torch's formula counts each depthwise weight gradient channels times

@@ -177,6 +177,7 @@ def test_a_step_fetches_one_micro_batch_at_a_time_and_records_its_wait(tiny_set)
         list(step)
 
 
+@pytest.mark.slow
 def test_the_step_gives_the_same_gradients_from_a_lazy_step_as_from_a_list(tiny_set):
     def gradients(lazy: bool, normalization: str) -> list[torch.Tensor]:
         torch.manual_seed(0)
@@ -208,6 +209,7 @@ def test_synthetic_input_is_the_original_behaviour():
         assert source.columns([1.0], 12) == {}
 
 
+@pytest.mark.slow
 def test_a_loader_cell_in_process_records_its_input(tiny_set):
     device = detect_device("cpu")
     threads = torch.get_num_threads()
@@ -540,6 +542,7 @@ def test_cost_lines_carry_the_feeding_columns_and_loader_rows_are_not_priced():
 # ---------------------------------------------------------------- the report
 
 
+@pytest.mark.slow
 def test_a_report_with_loader_rows_draws_synthetic_and_loader_side_by_side(tmp_path):
     import sys
 

@@ -42,6 +42,7 @@ def _json(capsys, *args: str) -> dict:
 
 
 @pytest.mark.parametrize("model", [FILE_MODEL, MODULE_MODEL])
+@pytest.mark.slow
 def test_probe_answers_for_a_model_from_a_file_or_a_module_with_its_input_and_classes(capsys, model):
     answer = _json(capsys, "probe", model, "--memory-gib", "0.5", *SHAPE, "--format", "json")
     cell = answer["cell"]
@@ -70,6 +71,7 @@ def test_the_input_and_the_factory_arguments_change_the_model_and_its_memory():
     assert cell().cell_id != cell(num_classes=10).cell_id
 
 
+@pytest.mark.slow
 def test_plan_predicts_options_for_a_model_from_a_module_built_with_its_arguments(capsys):
     def peak_gib(width: int) -> float:
         plan = _json(capsys, "plan", MODULE_MODEL, "--effective-batch", "64", "--image-size", "32", "--num-classes",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import REPO, run_bench
+from conftest import REPO, bench_in_process, run_bench
 
 from bench.measure.device import detect_device
 from bench.memory.estimate import estimate_cell
@@ -73,9 +73,8 @@ def test_probe_answers_from_the_estimator_for_a_memory_size():
     (["no_such_model", "--memory-gib", "1"], "MODEL"),
     (["test_vit", "--device", "cpu"], "--memory-limit-gib"),
 ])
-@pytest.mark.slow
-def test_bad_probe_input_is_one_line_naming_the_option_and_exit_2(args, option):
-    result = run_bench("probe", *args)
+def test_bad_probe_input_is_one_line_naming_the_option_and_exit_2(args, option, capfd):
+    result = bench_in_process(capfd, "probe", *args)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and option in result.stderr
 

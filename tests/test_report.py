@@ -79,6 +79,7 @@ def results_folder(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_report_writes_every_chart_and_the_tables(results_folder):
     written = {path.name for path in build_report(results_folder)}
     assert written == set(CHARTS) | {"REPORT.md", "accumulation_cost.csv"}
@@ -100,6 +101,7 @@ def test_accumulation_cost_compares_the_two_ends(results_folder):
     assert bf16["throughput lost (%)"] == pytest.approx(lost, abs=0.05)
 
 
+@pytest.mark.slow
 def test_rerun_on_unchanged_rows_gives_identical_files(results_folder):
     first = {p.name: p.read_bytes() for p in build_report(results_folder)}
     second = {p.name: p.read_bytes() for p in build_report(results_folder)}
@@ -127,6 +129,7 @@ def test_memory_chart_stacks_categories_per_precision_and_checkpointing(results_
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_throughput_chart_has_a_line_per_precision_and_checkpointing(results_folder):
     rows = load_rows(results_folder)
     fig = throughput_and_mfu(rows, context_of(rows))
@@ -172,6 +175,7 @@ def test_pareto_frontier_keeps_only_unbeaten_cells():
     assert pareto_frontier(points).index.tolist() == [0, 2, 4]
 
 
+@pytest.mark.slow
 def test_single_row_folder_is_reported(tmp_path):
     folder = tmp_path / "one" / "cpu-x"
     RunsFile(folder / "runs.csv").write(_row(8, 1))
@@ -190,6 +194,7 @@ def test_rows_file_with_missing_columns_gets_a_clear_error(tmp_path, capsys):
     assert len(error.strip().splitlines()) == 1 and "runs.csv" in error
 
 
+@pytest.mark.slow
 def test_data_parallel_cells_get_their_own_table_and_stay_out_of_the_accumulation_comparison(tmp_path):
     folder = tmp_path / "ddp" / "nvidia-h200"
     runs = RunsFile(folder / "runs.csv")

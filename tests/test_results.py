@@ -60,6 +60,7 @@ def test_a_committed_files_kind_follows_from_its_header_and_fits_its_rows(path):
     assert schema.kind == said or (schema.kind, said) == ("autotune", "estimated")
 
 
+@pytest.mark.slow
 def test_report_tells_rows_by_their_header_not_by_the_folder_they_lie_in(tmp_path, capsys):
     from bench.cli import main
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import REPO, run_bench, tiny_grid
+from conftest import REPO, bench_in_process, tiny_grid
 
 from bench.cli import main
 from bench.errors import GridFileError
@@ -131,10 +131,9 @@ def test_bad_profile_override_names_the_profile_key(write_grid, capsys):
     assert "profile.cpu.grid.image_size" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_bad_grid_exits_2_from_the_command_line(write_grid, tmp_path):
+def test_bad_grid_exits_2_from_the_command_line(write_grid, tmp_path, capfd):
     path = write_grid(tiny_grid("bad").replace("[run]", "[runn]"))
-    result = run_bench("run", str(path), "--results", str(tmp_path / "results"))
+    result = bench_in_process(capfd, "run", str(path), "--results", str(tmp_path / "results"))
     assert result.returncode == 2
     assert "runn" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "results").exists()

@@ -45,6 +45,7 @@ def _recorded_step(model_name: str, attention: str = "sdpa") -> tuple[OpRecorder
     return recorder, counter.get_total_flops()
 
 
+@pytest.mark.slow
 def test_recorder_sees_a_resnets_convolutions_with_the_flop_counters_total():
     recorder, total = _recorded_step("test_resnet")
     classes = {record.op_class for record in recorder.records}
@@ -52,6 +53,7 @@ def test_recorder_sees_a_resnets_convolutions_with_the_flop_counters_total():
     assert sum(record.flops for record in recorder.records) == total > 0
 
 
+@pytest.mark.slow
 def test_recorder_sees_a_vits_attention():
     fused, _ = _recorded_step("test_vit")  # CPU's fused kernel: the flop counter does not count it, we do
     assert any(r.op_class == "attention" and r.flops > 0 for r in fused.records)
@@ -73,6 +75,7 @@ def test_a_compute_bound_op_on_a_gpu_with_twice_the_peak_takes_half_the_time():
 
 
 @pytest.mark.parametrize("model", ["test_resnet", "test_vit"])
+@pytest.mark.slow
 def test_smaller_micro_batches_never_predict_more_samples_per_second(model):
     effective = 16
     for gpu in ("H100-80GB", "L4", "RTX-3090"):
@@ -84,6 +87,7 @@ def test_smaller_micro_batches_never_predict_more_samples_per_second(model):
 
 
 @pytest.mark.parametrize("model", ["test_resnet", "test_vit"])
+@pytest.mark.slow
 def test_a_tiny_step_is_bound_by_its_overheads_and_its_gpu_time_grows_with_the_micro_batch(model):
     # v2 fitted the per-kernel and host costs to 0.02 us and put such a step memory-bound; and an op's
     # per-SM fill cost multiplied by its idle tiles made a bigger micro-batch's GPU time shorter.
@@ -100,6 +104,7 @@ def test_a_tiny_step_is_bound_by_its_overheads_and_its_gpu_time_grows_with_the_m
         assert gpu_ms == sorted(gpu_ms), (gpu, gpu_ms)
 
 
+@pytest.mark.slow
 def test_a_gpu_without_a_datasheet_peak_is_refused_not_guessed():
     with pytest.raises(NoDatasheetPeak, match="T4.*bf16_tflops"):
         gpu_rates(gpu_spec("T4"), "bf16")
@@ -118,6 +123,7 @@ def test_the_fit_reproduces_the_committed_parameters_byte_for_byte():
     assert text == resources.files("bench.data").joinpath("speed_params.json").read_text()
 
 
+@pytest.mark.slow
 def test_predicted_rows_are_priced_on_their_own_gpu_only(tmp_path):
     grid = load_grid(REPO_SMOKE, "cuda")
     path = predict_grid(grid, tmp_path, ("L4",))
@@ -174,6 +180,7 @@ def _speed(study_ops, key, gpu: str) -> float:
     return predict_on(cell, ops, gpu_spec(gpu)).samples_per_s
 
 
+@pytest.mark.slow
 def test_no_predicted_cell_exceeds_75_percent_of_its_dense_peak(study_ops):
     for cell, ops in study_ops.values():
         for gpu in gpu_keys():
@@ -184,6 +191,7 @@ def test_no_predicted_cell_exceeds_75_percent_of_its_dense_peak(study_ops):
             assert 0 < prediction.mfu_pct <= 75, (cell.model, cell.precision, gpu, prediction.mfu_pct)
 
 
+@pytest.mark.slow
 def test_faster_memory_and_a_newer_gpu_predict_faster(study_ops):
     for key in study_ops:
         if key[1] == "fp16":
@@ -196,6 +204,7 @@ def test_faster_memory_and_a_newer_gpu_predict_faster(study_ops):
     assert _speed(study_ops, conv_net, "H100-80GB") > _speed(study_ops, conv_net, "A100-80GB")
 
 
+@pytest.mark.slow
 def test_half_precision_channels_last_is_at_least_as_fast_as_nchw_for_a_conv_net(study_ops):
     checked = 0
     for gpu in gpu_keys():
@@ -212,6 +221,7 @@ def test_half_precision_channels_last_is_at_least_as_fast_as_nchw_for_a_conv_net
     assert checked >= 20
 
 
+@pytest.mark.slow
 def test_tf32_lies_between_fp32_and_half_precision(study_ops):
     for model in ("resnet50", "vit_base_patch16_224"):
         for gpu in ("A100-40GB", "A100-80GB", "H100-80GB", "L4", "RTX-4090"):
@@ -263,6 +273,7 @@ def test_bands_rest_on_held_out_training_rows_of_both_schemes_only():
     assert coverage["predictions"] == 40 and 60 <= coverage["coverage_pct"] <= 100
 
 
+@pytest.mark.slow
 def test_the_study_models_op_mix_is_what_their_layers_are(study_ops):
     from bench.speed.model import op_mix
 

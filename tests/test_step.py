@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from bench.train.models import build_model, synthetic_batch
 from bench.train.step import accumulate_gradients
+
+pytestmark = pytest.mark.slow  # every test builds and steps a model several times (1.5 s and more on two shared cores)
 
 
 def _gradients(model_name: str, accum_steps: int, effective_batch: int = 16) -> dict[str, torch.Tensor]:

@@ -207,7 +207,7 @@ def compare(prepared: Prepared, accum_steps: int) -> Comparison:
 
     Example:
         >>> prepared = prepare(Settings(model="test_vit", effective_batch=8), "no_divide")
-        >>> round(compare(prepared, 4).grad_norm_ratio, 3)
+        >>> round(compare(prepared, 4).grad_norm_ratio, 3)  # slow: steps a model twice
         4.0
     """
     setup = VARIANTS[prepared.variant]

@@ -281,7 +281,7 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         >>> cell = Cell(experiment="e", profile="cpu", model="test_vit", image_size=32, micro_batch=4,
         ...             accum_steps=2, precision="bf16", checkpointing="full", optimizer="adamw",
         ...             channels_last=False, warmup_steps=1, measured_steps=1)
-        >>> estimate_cell(cell, "cpu").peak_bytes > 0
+        >>> estimate_cell(cell, "cpu").peak_bytes > 0  # slow: traces a model under FakeTensorMode
         True
     """
     observe = observer.on_phase if observer else None

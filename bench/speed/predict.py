@@ -80,7 +80,7 @@ def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None 
         >>> cell = Cell(experiment="e", profile="cuda", model="test_resnet", image_size=32, micro_batch=8,
         ...             accum_steps=1, precision="bf16", checkpointing="off", optimizer="sgd",
         ...             channels_last=True, warmup_steps=1, measured_steps=1)
-        >>> p = predict_on(cell, trace_step_ops(cell), gpu_spec("H100-80GB"))
+        >>> p = predict_on(cell, trace_step_ops(cell), gpu_spec("H100-80GB"))  # slow: traces a step
         >>> p.step.bound in ("compute", "memory", "non-tensor", "overhead"), p.samples_per_s > 0
         (True, True)
     """
