@@ -196,9 +196,12 @@ class ModelFile:
         if found is None:
             return f"predicted (model {self.version}, not validated)"
         key, band = found
+        errors = f"median error {band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %"
+        if band != self.bands[key]:  # widened on an unseen generation: the figures are the wider of two slices'
+            return (f"predicted (model {self.version}, {band.held_out or self.validation}: {errors}, the wider of "
+                    f"two slices'; 80 % band: {self.rests_on(spec, mix)})")
         return (f"predicted (model {self.version}, {band.held_out or self.validation}, {describe_band_key(key)}: "
-                f"median error {band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %, {band.rows} rows; "
-                f"80 % band: {self.rests_on(spec, mix)})")
+                f"{errors}, {band.rows} rows; 80 % band: {self.rests_on(spec, mix)})")
 
     def interval(self, samples_per_s: float, spec: GpuSpec, mix: str | None = None) -> tuple[float, float] | None:
         """(low, high) samples/s, an 80 % band: the prediction over the 90th and 10th percentiles of predicted /
