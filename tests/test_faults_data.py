@@ -16,16 +16,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import CPU_TAG, REPO
 from test_faults_cli import ROWS, SKYPILOT, SMOKE, refused, work  # noqa: F401 - `work` is a fixture
 
 from bench.cli import main
 from bench.grid.spec import cell_bounds, load_grid
 from bench.measure.device import detect_device
 from bench.results.read import read_runs
-
-CPU_TAG = ROWS.parent.name
-
 
 def _runs(root: Path) -> Path:
     return root / "results" / "resnet50" / CPU_TAG / "runs.csv"
