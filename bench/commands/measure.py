@@ -15,6 +15,7 @@ from bench.commands.model_options import (
     add_model_options,
     check_built,
     check_reference,
+    model_config_source,
     model_fields,
     model_sources,
 )
@@ -75,6 +76,7 @@ def measure_cell(args: argparse.Namespace) -> int:
     check_reference(args.model)
     fields = model_fields(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
     sources = model_sources(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
+    config_source = model_config_source(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
     if sources:
         print(f"model: {sources}", file=sys.stderr, flush=True)
     from bench.measure.device import detect_device  # late: the device and the runner load torch
@@ -86,6 +88,7 @@ def measure_cell(args: argparse.Namespace) -> int:
     profile = "cuda" if device.type == "cuda" else "cpu"
     cell = Cell(experiment=args.experiment, profile=profile, model=args.model, micro_batch=args.micro_batch,
                 accum_steps=args.accum_steps, warmup_steps=args.warmup_steps, measured_steps=args.measured_steps,
+                model_config_source=config_source,
                 **{**{name: getattr(args, name) for name in probe_options()}, **fields})
     grid = Grid(path=Path("bench measure"), name=args.experiment, description="one cell from bench measure",
                 profile=profile, profile_description="",

@@ -60,8 +60,15 @@ def model_sources(args: argparse.Namespace, image_size: int | None, *,
     return _resolved(args, image_size, default_image_size)[1]
 
 
+def model_config_source(args: argparse.Namespace, image_size: int | None, *,
+                        default_image_size: int | None = None) -> str:
+    """For an hf-hub model, the row's `model_config_source` (as a grid cell's, `bench.grid.spec.hub_config_default`,
+    with the option in place of `grid`); empty otherwise."""
+    return _resolved(args, image_size, default_image_size)[2]
+
+
 def _resolved(args: argparse.Namespace, image_size: int | None,
-              default_image_size: int | None) -> tuple[dict[str, Any], str | None]:
+              default_image_size: int | None) -> tuple[dict[str, Any], str | None, str]:
     hub = hub_defaults(getattr(args, "model", None) or "")
     said = hub or HubDefaults(None, None, {})
     num_classes = args.num_classes or said.num_classes or DEFAULT_NUM_CLASSES
@@ -82,14 +89,19 @@ def _resolved(args: argparse.Namespace, image_size: int | None,
     if height is None:  # no size anywhere: plan's rows decide, and the input keeps its defaults
         fields = {"model_kwargs": fields["model_kwargs"], "num_classes": num_classes, "image_size": None}
     if hub is None:
-        return fields, None
+        return fields, None, ""
     own = json.loads(args.model_kwargs)
     kwargs = {**said.model_kwargs, **own}
     won["kwargs"] = ("the option's over the hub config's" if own and said.model_kwargs else
                      "--model-kwargs" if own else "hub config" if said.model_kwargs else "none")
     shape = f"{channels}x{height}x{width}" if height is not None else f"{channels} channels"
+    channels_won = ("--input-size" if args.input_size is not None else
+                    "hub config" if said.input_size is not None else "default")
+    kwargs_won = {"the option's over the hub config's": "--model-kwargs over hub config"}.get(won["kwargs"],
+                                                                                              won["kwargs"])
+    source = f"num_classes {won['num_classes']}, in_chans {channels_won}, model_kwargs {kwargs_won}"
     return fields, (f"{args.model}: {num_classes} classes ({won['num_classes']}), input {shape} ({won['input']}), "
-                    f"kwargs {json.dumps(kwargs, sort_keys=True)} ({won['kwargs']})")
+                    f"kwargs {json.dumps(kwargs, sort_keys=True)} ({won['kwargs']})"), source
 
 
 def model_extras(fields: dict[str, Any]) -> dict[str, Any]:

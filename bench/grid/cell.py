@@ -23,9 +23,11 @@ MAX_CHECKPOINT_BLOCKS = 999
 """Largest N of `last-<N>`: more blocks than any timm model has (the run checks the model's own count)."""
 CHECKPOINTING_PATTERN = r"^(off|full|last-[1-9][0-9]{0,2})$"
 """Every checkpointing mode a cell takes: `off`, `full`, or `last-<N>` (the last N blocks, N <= 999)."""
-MODEL_PATTERN = r"^[A-Za-z0-9_.][A-Za-z0-9_.+/:@-]{0,199}$"
-"""A model reference (a timm name with its pretrained tag, hf-hub:ORG/NAME, module:factory, file.py:factory): the
-characters a cell id may hold once `/` and `:` are replaced, at most 200."""
+MODEL_PATTERN = r"^[A-Za-z0-9_./][A-Za-z0-9_.+/:@-]{0,199}$"
+"""A model reference (a timm name with its pretrained tag, hf-hub:ORG/NAME, module:factory, file.py:factory with an
+absolute or relative path): the characters a cell id may hold once `/` and `:` are replaced, at most 200."""
+MODEL_CHARACTERS = "at most 200 letters, digits and _ . + / : @ - (a path may start with / or .)"
+"""`MODEL_PATTERN` in words, for a refusal."""
 CELL_ID_MAX_CHARS = 640
 """Longest cell id: the longest model reference and kwargs with every axis at its longest value make about 550."""
 OptimizerName = Literal["adamw", "adamw8bit", "sgd"]
@@ -141,6 +143,10 @@ class Cell:
                             maximum=4096, probe_option=False)
     num_classes: int = axis("classifier outputs; labels are drawn from range(num_classes)", default=1000, extra=True,
                             minimum=1, maximum=1_000_000, probe_option=False)
+    model_config_source: str = described("an hf-hub model's: which of the grid (or option) and its cached config set "
+                                         "num_classes, in_chans and model_kwargs (`num_classes hub config, in_chans "
+                                         "grid, model_kwargs none`); empty for other models. Not part of the id",
+                                         default="")
 
     @property
     def effective_batch(self) -> int:
@@ -170,7 +176,8 @@ class Cell:
         readable = re.sub(r"^[^A-Za-z0-9]+", "", readable)  # `./model.py:f`: an id starts with a letter or digit
         defaults = extra_axis_defaults(type(self))  # once: a grid's expansion computes thousands of ids
         identity = {f.name: getattr(self, f.name) for f in fields(self)  # every field is a scalar: asdict's copy
-                    if f.name not in defaults or f.name in extras}       # is not needed
+                    if (f.name not in defaults or f.name in extras)       # is not needed; where a value came from
+                    and f.name not in PROVENANCE_FIELDS}                  # does not change the configuration
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         return f"{readable}-{digest[:8]}"
 
@@ -202,6 +209,10 @@ def field_docs() -> dict[str, str]:
 def field_types() -> dict[str, Any]:
     """Each `Cell` field's type (`int`, `bool`, `str` or a `Literal[...]`)."""
     return typing.get_type_hints(Cell)
+
+
+PROVENANCE_FIELDS = ("model_config_source",)
+"""`Cell` fields that say where a value came from: in the rows, not in the id, not required of old runs files."""
 
 
 PROBE_DEFAULTS: dict[str, Any] = {"image_size": 224, "precision": "fp32"}

@@ -54,6 +54,7 @@ from pydantic.functional_validators import AfterValidator
 from bench.errors import GridFileError
 from bench.frames import Tabular
 from bench.grid.cell import (
+    MODEL_CHARACTERS,
     MODEL_PATTERN,
     REQUIRED,
     Cell,
@@ -343,15 +344,39 @@ def _expand(experiment: str, profile: Profile, grid_axes: BaseModel, run: RunSet
     names = list(axes())
     values = [getattr(grid_axes, name) for name in names]
     seen: set[str] = set()
+    said = grid_axes.model_fields_set  # the keys the file (or its profile) sets
+    hub_configs: dict[str, Any] = {}
     for model, size, (micro, accum), *rest in itertools.product(*values[:2], grid_axes.pairs, *values[2:]):
-        cell = synthetic_input_default(single_process_default(Cell(
+        cell = synthetic_input_default(single_process_default(hub_config_default(Cell(
             experiment=experiment, profile=profile, micro_batch=micro, accum_steps=accum,
             **dict(zip(names, (model, size, *rest))), warmup_steps=run.warmup_steps,
             measured_steps=run.measured_steps, seed=run.seed,
-        )))
+        ), said, hub_configs)))
         if cell.cell_id not in seen and not any(rule.matches(cell) for rule in grid_axes.exclude):
             seen.add(cell.cell_id)
             yield cell
+
+
+def hub_config_default(cell: Cell, said: set[str], hub_configs: dict[str, Any]) -> Cell:
+    """An hf-hub model's cell built as its cached config says (`bench.grid.model_ref.hub_defaults`, as the command
+    line does): `num_classes` and `in_chans` from the config unless the grid file sets them; the config's
+    `model_args` go under the cell's `model_kwargs` when timm builds it. `model_config_source` says which won.
+    `hub_configs` keeps each model's config across the cells."""
+    from bench.grid.model_ref import HubDefaults, hub_defaults, kind_of
+
+    if kind_of(cell.model) != "hf-hub":
+        return cell
+    if cell.model not in hub_configs:
+        hub_configs[cell.model] = hub_defaults(cell.model) or HubDefaults(None, None, {})
+    hub = hub_configs[cell.model]
+    values = {"num_classes": hub.num_classes, "in_chans": hub.input_size[0] if hub.input_size else None}
+    taken = {name: value for name, value in values.items() if name not in said and value is not None}
+    sources = {name: "grid" if name in said else "hub config" if name in taken else "default" for name in values}
+    own = cell.model_kwargs != "{}"
+    sources["model_kwargs"] = ("grid over hub config" if own and hub.model_kwargs else "grid" if own else
+                               "hub config" if hub.model_kwargs else "none")
+    return replace(cell, **taken, model_config_source=", ".join(f"{name} {source}"
+                                                                 for name, source in sources.items()))
 
 
 def single_process_default(cell: Cell) -> Cell:
@@ -441,6 +466,9 @@ def _format_error(error: dict, model: type[BaseModel], path: Path, prefix: tuple
         return f"{path}: {key}: {value!r} is not allowed; must be <= {error['ctx']['le']}"
     if kind in _TYPE_NAMES:
         return f"{path}: {key}: {_shown(value)} is not allowed; must be {_TYPE_NAMES[kind]}"
+    if kind == "string_pattern_mismatch" and error["ctx"]["pattern"] == MODEL_PATTERN:
+        return (f"{path}: {key}: {_shown(value)} is not a model reference; allowed: a timm name, hf-hub:ORG/NAME, "
+                f"package.module:factory or path/to/file.py:factory, {MODEL_CHARACTERS}")
     if kind == "string_pattern_mismatch":
         return f"{path}: {key}: {value!r} is not allowed; must match {error['ctx']['pattern']}"
     if kind == "value_error":
@@ -507,7 +535,7 @@ def timm_model_problem(name: str) -> str | None:
         "'resnet-50' is not a timm model; did you mean resnet50, resnet50t, resnet50s?"
     """
     if not re.fullmatch(MODEL_PATTERN, name):  # a name a cell id cannot hold is refused before timm is asked
-        return f"{_shown(name)} is not a model name; must match {MODEL_PATTERN}"
+        return f"{_shown(name)} is not a model name; allowed: {MODEL_CHARACTERS}"
     if name.endswith("."):  # timm reads `test_vit.` as test_vit with an empty tag: the same model under two names
         return f"{_shown(name)} ends with a dot and no pretrained tag after it; name the model without the dot"
     names = timm_model_names()

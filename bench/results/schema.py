@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
-from bench.grid.cell import extra_axis_defaults, field_docs, field_types
+from bench.grid.cell import PROVENANCE_FIELDS, extra_axis_defaults, field_docs, field_types
 from bench.grid.spec import cell_bounds
 from bench.results.provenance import PROVENANCE_COLUMNS
 
@@ -302,6 +302,7 @@ def schema_for_header(header: list[str]) -> RowSchema:
     return next((schema for schema in SCHEMAS.values() if set(header) <= set(schema.columns)), SCHEMAS["measured"])
 
 
-REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs() if name not in extra_axis_defaults()),
+REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs()
+                                                  if name not in (*extra_axis_defaults(), *PROVENANCE_FIELDS)),
                                      "device_type", "device_name", "status")
 """Columns every runs file has had since the first version: a file without one is not a runs file."""
