@@ -326,7 +326,8 @@ def memory_throughput_tradeoff(rows: pd.DataFrame, context: ReportContext) -> Fi
     most = max((int((rows[rows.model == model].status == "ok").sum()) for model in names), default=0)
     fig, axes = plt.subplots(len(names), 1, figsize=(12, max(PANEL_HEIGHT, 0.17 * most + 1.6) * len(names) + 0.8),
                              squeeze=False)
-    fig.suptitle(f"{context.experiment}: memory against throughput, every cell\n{context.subtitle}", fontsize=11)
+    fig.suptitle(f"{context.experiment}: memory against throughput, every cell\n{context.subtitle}", fontsize=11,
+                 x=0.4)  # over the panels, not over the panels and their keys
     for (ax,), model in zip(axes, names):
         _tradeoff(ax, rows[rows.model == model])
         ax.set_title(model_title(rows, model), fontsize=9)
@@ -362,7 +363,8 @@ def _tradeoff(ax, cells: pd.DataFrame) -> None:
         _margins(ax, ok.peak_gib, ok.samples_per_s)
     ax.set_xlabel(f"peak memory ({unit})")
     ax.set_ylabel("samples/s")
-    ax.legend(fontsize=8, loc="lower right", handlelength=3)
+    # Beside the panel, under the key: inside, it would hide points.
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(1.02, 0.0), handlelength=3)
     _failed_note(ax, cells[cells.status != "ok"])
 
 

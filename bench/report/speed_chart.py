@@ -33,7 +33,9 @@ def validation_figure(rows: list[dict], group: str, title: str, ylabel: str) -> 
         _panel(axis, [row for row in rows if row["mode"] == mode], group, colour_of)
         axis.set(xlabel="measured samples/s (public benchmarks, bench/data/reference/)", ylabel=ylabel,
                  title=f"{MODES[mode]} rows")
-    legend = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
+    drawn = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
+    # The groups in colour order, then the reference lines, whichever panel drew each first.
+    legend = {label: drawn[label] for label in [*colour_of, *drawn] if label in drawn}
     figure.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 7), fontsize=8,
                   handlelength=3)
     figure.suptitle(title)
