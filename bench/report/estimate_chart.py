@@ -4,7 +4,7 @@ One panel per model and precision, one line per configuration (checkpointing × 
 other axis the panel's cells differ in, such as the memory format),
 so no series hides under another (bf16 and fp16 predict the same bytes); which GPU holds
 which configuration reads off the horizontal lines, the catalog's memory sizes. The y axis is
-linear and spans the panel's predictions only (GPU sizes above them are named in a note, not drawn
+linear and spans the panel's predictions only (GPU sizes above them are named under the axis, not drawn
 far above the curves); line style and marker say checkpointing, colour the optimizer (the
 project-wide convention, `bench.report.charts`).
 """
@@ -125,12 +125,13 @@ def _panel(ax, cells: pd.DataFrame, column: str, profile: str) -> None:
             ax.annotate(f"{gib:g} GiB", (1.0, gib), xycoords=("axes fraction", "data"), fontsize=7,
                         xytext=(3, 0), textcoords="offset points", va="center", color="grey")
         above = [gib for gib in sizes if gib > top_gib]
-        if above:
-            ax.text(0.99, 0.99, f"GPU sizes above this range: {', '.join(f'{gib:g}' for gib in above)} GiB",
-                    transform=ax.transAxes, ha="right", va="top", fontsize=7, color="grey")
+    else:
+        above = []
     micro_batches = sorted(int(m) for m in set(cells.micro_batch))
     ax.set_xscale("log", base=2)
     ax.set_xticks(micro_batches, [str(m) for m in micro_batches])
     ax.minorticks_off()
-    ax.set_xlabel("micro-batch")
+    # Named under the axis, where no curve or GPU line can sit on the note.
+    ax.set_xlabel("micro-batch" + (f"\nGPU sizes above this range: {', '.join(f'{gib:g}' for gib in above)} GiB"
+                                   if above else ""))
     ax.set_ylabel("predicted peak reserved (GiB)" if profile == "cuda" else "predicted tracked peak (GiB)")
