@@ -108,13 +108,11 @@ def _marker_of(collection) -> str:
 
 
 def _plotted(axes: list) -> dict[str, list]:
+    """Every series drawn in `axes` by its label: lines, scatters, and the first bar of each bar group."""
     by_label: dict[str, list] = {}
     for ax in axes:
-        artists = [*ax.lines, *ax.collections, *(bar for container in ax.containers for bar in container[:1])]
-        for artist in artists:
-            label = artist.get_label() if not hasattr(artist, "patches") else None
-            label = getattr(artist, "_bench_label", label)
-            by_label.setdefault(label, []).append(artist)
+        for artist in [*ax.lines, *ax.collections]:
+            by_label.setdefault(artist.get_label(), []).append(artist)
         for container in ax.containers:
             by_label.setdefault(container.get_label(), []).append(container.patches[0])
     return by_label

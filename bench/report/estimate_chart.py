@@ -113,9 +113,10 @@ def _panel(ax, cells: pd.DataFrame, column: str, profile: str) -> None:
         lines = cells.loc[labels].sort_values("micro_batch")
         config = dict(key)
         ckpt, optimizer = config["checkpointing"], config["optimizer"]
+        words = filter(None, (_word(name, config[name]) for name in apart))
         ax.plot(lines.micro_batch, lines[column].astype(float) / GIB, color=OPTIMIZER_COLORS.get(optimizer, "black"),
                 linestyle=CHECKPOINT_STYLES.get(ckpt, ":"), marker=CHECKPOINT_MARKERS.get(ckpt, "s"),
-                label=", ".join([f"ckpt {ckpt}", optimizer, *filter(None, (_word(name, config[name]) for name in apart))]))
+                label=", ".join([f"ckpt {ckpt}", optimizer, *words]))
     top_gib = float(cells[column].astype(float).max()) / GIB * 1.15
     ax.set_ylim(0, top_gib)
     if profile == "cuda":
