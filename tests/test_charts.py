@@ -162,3 +162,23 @@ def test_tradeoff_chart_numbers_every_measured_point(measured):
     assert numbers == list(range(1, int((rows.status == "ok").sum()) + 1))
     assert all(t.get_fontsize() >= 8 for t in ax.texts if t.get_text().isdigit())
     plt.close(figure)
+
+
+def test_estimate_chart_tells_checkpointing_apart_on_a_linear_axis_of_its_own_data(tmp_path):
+    figure = estimate_figure(_estimated_rows(tmp_path / "fixture" / "estimate"))
+    ax = figure.axes[0]
+    marker_of = {line.get_label().split(",")[0]: line.get_marker() for line in ax.lines if line.get_label()[0] != "_"}
+    assert marker_of["ckpt off"] != marker_of["ckpt full"]
+    top_gib = max(max(line.get_ydata()) for line in ax.lines if line.get_marker() not in ("None", "", None))
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[1] < 1.5 * top_gib  # no empty decades above the curves
+    plt.close(figure)
+
+
+def test_validation_chart_keeps_training_apart_from_inference_and_names_its_dashed_lines():
+    figure = validation_figure(_validation_rows(), "gpu", "fixture", "predicted samples/s")
+    assert [ax.get_title() for ax in figure.axes] == ["training rows", "inference rows"]
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert any(label.startswith("±35 %") for label in legend)
+    colours = {tuple(c.get_facecolor()[0][:3]) for c in figure.axes[0].collections}
+    assert len(colours) == 4  # one colour per GPU, A100-40GB and A100-80GB included
+    plt.close(figure)
