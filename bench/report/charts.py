@@ -1,9 +1,25 @@
 """Comparison charts. Each function takes rows and returns a matplotlib Figure; nothing here writes.
 
 One row of panels per model (no line joins two models), each titled with the model, its image
-size and its effective batch. Colours stay fixed per precision across every chart; memory is
-drawn in GiB or MiB, whichever suits the data; cells that did not finish (oom, error, timeout,
-skipped) are drawn as marked gaps with their status, never left out silently.
+size and its effective batch. Memory is drawn in GiB or MiB, whichever suits the data; cells that
+did not finish (oom, error, timeout, skipped) are drawn as marked gaps with their status, never
+left out silently.
+
+One meaning per visual channel, in every chart of the project (these charts, the estimate chart in
+`bench.report.estimate_chart`, the speed validation chart in `bench.report.speed_chart`):
+
+- line style = activation checkpointing (`CHECKPOINT_STYLES`: off solid, full dashed);
+- marker = activation checkpointing too (`CHECKPOINT_MARKERS`: off circle, full triangle), so
+  scatter plots without lines still show it; a black cross marks a cell that was not measured;
+- colour = the one thing a panel's series differ in beyond that: precision here
+  (`PRECISION_COLORS`), the optimizer in the estimate chart (one panel per precision), the GPU in
+  the validation chart (one panel per workload, training apart from inference).
+
+Reference lines (the large batch, the frontier, GPU memory sizes, y = x and its error band) are
+dotted or dashed in black or grey and always named in a legend or beside the line.
+
+Legends are built from the plotted artists (never restyled by hand), and each panel's axis limits
+come from its own data with a margin, so nothing is clipped.
 """
 
 from __future__ import annotations
@@ -28,7 +44,8 @@ from bench.report.rows import (  # noqa: E402
 from bench.units import byte_unit  # noqa: E402
 
 PRECISION_COLORS = {"fp32": "#1f77b4", "bf16": "#ff7f0e", "fp16": "#2ca02c"}
-CHECKPOINT_STYLES = {"off": "-", "full": "--"}
+CHECKPOINT_STYLES = {"off": "-", "full": "--"}  # any other (last-N, selective): dotted
+CHECKPOINT_MARKERS = {"off": "o", "full": "^"}  # any other: a square
 # What the traced peak holds, bottom to top: MemTracker's categories at the peak (they add up to
 # the tracked peak) and, on CUDA, what the allocator held beyond the tensors the trace saw.
 CATEGORIES = (  # (column, label, colour)
@@ -133,6 +150,8 @@ def _stacked_memory(ax, cells: pd.DataFrame, scale: float, unit: str) -> None:
         if row.status != "ok":
             ax.plot([position], [0], **FAILED_MARK)
             ax.annotate(row.status, (position, 0), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+    tops = [*bottom, *(saved / scale).dropna(), *(reserved / scale).dropna()]
+    ax.set_ylim(0, max(tops, default=1.0) * 1.12 or 1.0)  # this panel's own data, with room above
     ax.set_xticks(positions, labels)
     ax.set_xlabel("micro-batch × accumulation steps")
     ax.set_ylabel(unit)
@@ -157,7 +176,7 @@ def throughput_and_mfu(rows: pd.DataFrame, context: ReportContext) -> Figure:
                     continue
                 ok, failed = cells[cells.status == "ok"], cells[cells.status != "ok"]
                 style = dict(color=PRECISION_COLORS.get(precision), linestyle=CHECKPOINT_STYLES.get(ckpt, ":"),
-                             marker="o", label=f"{precision}, ckpt {ckpt}")
+                             marker=CHECKPOINT_MARKERS.get(ckpt, "s"), label=f"{precision}, ckpt {ckpt}")
                 rate_ax.plot(ok.micro_batch, ok.samples_per_s, **style)
                 _spread(rate_ax, ok, PRECISION_COLORS.get(precision))
                 mfu_ax.plot(ok.micro_batch, ok.mfu_pct, **style)
@@ -175,7 +194,7 @@ def throughput_and_mfu(rows: pd.DataFrame, context: ReportContext) -> Figure:
             ax.set_ylim(bottom=0)
         rate_ax.set_title(f"{model_title(rows, model)}: samples/s (bars: p10-p90 of the timed steps)", fontsize=9)
         mfu_ax.set_title(f"MFU against the {' / '.join(kinds) or 'no known'} peak per precision", fontsize=9)
-        rate_ax.legend(fontsize=7)
+        rate_ax.legend(fontsize=7, handlelength=4)  # long enough to show the dashes between markers
         _failed_note(mfu_ax, cells_of_model[cells_of_model.status != "ok"])
     fig.tight_layout()
     return fig
@@ -298,34 +317,63 @@ def pareto_frontier(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def memory_throughput_tradeoff(rows: pd.DataFrame, context: ReportContext) -> Figure:
-    """Every measured cell: peak memory against samples/s, with the frontier; one panel per model."""
+    """Every measured cell: peak memory against samples/s, with the frontier; one panel per model.
+
+    Each point carries a number, and a key beside the panel says which cell each number is (a
+    frontier cell is starred), so every point can be told apart however closely they pile up.
+    """
     names = models(rows)
-    fig, axes = _figure(f"{context.experiment}: memory against throughput, every cell", context, len(names), 1,
-                        width=8)
+    most = max((int((rows[rows.model == model].status == "ok").sum()) for model in names), default=0)
+    fig, axes = plt.subplots(len(names), 1, figsize=(12, max(PANEL_HEIGHT, 0.17 * most + 1.6) * len(names) + 0.8),
+                             squeeze=False)
+    fig.suptitle(f"{context.experiment}: memory against throughput, every cell\n{context.subtitle}", fontsize=11,
+                 x=0.4)  # over the panels, not over the panels and their keys
     for (ax,), model in zip(axes, names):
-        cells = rows[rows.model == model]
-        scale, unit = memory_unit(cells.peak_memory_bytes)
-        ok = cells[cells.status == "ok"].assign(peak_gib=lambda r: r.peak_memory_bytes.astype(float) / scale)
-        for precision in ordered(ok.precision, PRECISION_ORDER):
-            for ckpt, marker in (("off", "o"), ("full", "^")):
-                chosen = ok[(ok.precision == precision) & (ok.checkpointing == ckpt)]
-                if not chosen.empty:
-                    ax.scatter(chosen.peak_gib, chosen.samples_per_s, color=PRECISION_COLORS.get(precision),
-                               marker=marker, label=f"{precision}, ckpt {ckpt}", alpha=0.8)
-        if not ok.empty:
-            frontier = pareto_frontier(ok)
-            ax.plot(frontier.peak_gib, frontier.samples_per_s, color="black", linestyle="--", linewidth=1,
-                    label="frontier")
-            for row in frontier.itertuples():
-                ax.annotate(f"{pair_label(row.micro_batch, row.accum_steps)} {row.optimizer}",
-                            (row.peak_gib, row.samples_per_s), fontsize=6, xytext=(4, 2), textcoords="offset points")
-        ax.set_xlabel(f"peak memory ({unit})")
-        ax.set_ylabel("samples/s")
+        _tradeoff(ax, rows[rows.model == model])
         ax.set_title(model_title(rows, model), fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
-        _failed_note(ax, cells[cells.status != "ok"])
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.7, 1))  # the right 30 % holds each panel's key
     return fig
+
+
+def _tradeoff(ax, cells: pd.DataFrame) -> None:
+    scale, unit = memory_unit(cells.peak_memory_bytes)
+    ok = cells[cells.status == "ok"].assign(peak_gib=lambda r: r.peak_memory_bytes.astype(float) / scale)
+    ok = ok.sort_values(["peak_gib", "samples_per_s"])
+    for precision in ordered(ok.precision, PRECISION_ORDER):
+        for ckpt in ordered(ok.checkpointing, ("off", "full")):
+            chosen = ok[(ok.precision == precision) & (ok.checkpointing == ckpt)]
+            if not chosen.empty:
+                ax.scatter(chosen.peak_gib, chosen.samples_per_s, color=PRECISION_COLORS.get(precision),
+                           marker=CHECKPOINT_MARKERS.get(ckpt, "s"), label=f"{precision}, ckpt {ckpt}", alpha=0.8)
+    frontier = pareto_frontier(ok) if not ok.empty else ok
+    if not ok.empty:
+        ax.plot(frontier.peak_gib, frontier.samples_per_s, color="black", linestyle=":", linewidth=1,
+                label="frontier")
+    key = []
+    for number, row in enumerate(ok.itertuples(), start=1):
+        # Alternate the offsets so the numbers of neighbouring points do not sit on one another.
+        ax.annotate(str(number), (row.peak_gib, row.samples_per_s), fontsize=8, textcoords="offset points",
+                    xytext=(5, 4) if number % 2 else (5, -11))
+        star = "*" if row.Index in frontier.index else " "
+        key.append(f"{number:>2}{star} {pair_label(row.micro_batch, row.accum_steps)} {row.precision} "
+                   f"ckpt {row.checkpointing} {row.optimizer}")
+    if key:
+        ax.text(1.02, 1.0, "cells (* on the frontier)\n" + "\n".join(key), transform=ax.transAxes, va="top",
+                ha="left", fontsize=8, family="monospace")
+        _margins(ax, ok.peak_gib, ok.samples_per_s)
+    ax.set_xlabel(f"peak memory ({unit})")
+    ax.set_ylabel("samples/s")
+    # Beside the panel, under the key: inside, it would hide points.
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(1.02, 0.0), handlelength=3)
+    _failed_note(ax, cells[cells.status != "ok"])
+
+
+def _margins(ax, x: pd.Series, y: pd.Series, fraction: float = 0.08) -> None:
+    """Axis limits from the data with `fraction` of its span (or of its value, for a single point) each side."""
+    for values, set_limits in ((x, ax.set_xlim), (y, ax.set_ylim)):
+        low, high = float(values.min()), float(values.max())
+        pad = (high - low) * fraction or abs(high) * fraction or 1.0
+        set_limits(low - pad, high + pad)
 
 
 CHARTS = {

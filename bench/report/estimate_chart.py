@@ -3,7 +3,10 @@
 One panel per model and precision, one line per configuration (checkpointing × optimizer, and any
 other axis the panel's cells differ in, such as the memory format),
 so no series hides under another (bf16 and fp16 predict the same bytes); which GPU holds
-which configuration reads off the horizontal lines, the catalog's memory sizes.
+which configuration reads off the horizontal lines, the catalog's memory sizes. The y axis is
+linear and spans the panel's predictions only (GPU sizes above them are named under the axis, not drawn
+far above the curves); line style and marker say checkpointing, colour the optimizer (the
+project-wide convention, `bench.report.charts`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.measure.hardware import gpu_keys, gpu_spec  # noqa: E402
-from bench.report.charts import CHECKPOINT_STYLES, model_title, models  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from bench.report.charts import CHECKPOINT_MARKERS, CHECKPOINT_STYLES, model_title, models  # noqa: E402
 from bench.report.rows import PRECISION_ORDER, ordered  # noqa: E402
 from bench.results.keys import SPLIT, configuration_key, key_columns, varying  # noqa: E402
 from bench.results.read import read_runs  # noqa: E402
@@ -26,7 +31,7 @@ from bench.results.schema import ESTIMATE_COLUMNS  # noqa: E402
 from bench.units import GIB  # noqa: E402
 
 CHART_NAME = "memory_estimate.png"
-OPTIMIZER_STYLES = {"adamw": ("o", "#1f77b4"), "adamw8bit": ("s", "#9467bd"), "sgd": ("^", "#2ca02c")}
+OPTIMIZER_COLORS = {"adamw": "#1f77b4", "adamw8bit": "#9467bd", "sgd": "#2ca02c"}
 
 
 def gpu_memory_lines() -> dict[float, str]:
@@ -43,7 +48,15 @@ def gpu_memory_lines() -> dict[float, str]:
 
 def write_estimate_chart(folder: Path) -> Path:
     """Draw `folder/runs.csv`'s estimated rows of one profile (CUDA when present) into `folder/memory_estimate.png`."""
-    rows = read_runs(Path(folder) / "runs.csv", ESTIMATE_COLUMNS)
+    fig = estimate_figure(read_runs(Path(folder) / "runs.csv", ESTIMATE_COLUMNS))
+    path = Path(folder) / CHART_NAME
+    fig.savefig(path, dpi=100, metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def estimate_figure(rows: pd.DataFrame) -> Figure:
+    """The estimate chart of `rows` (an estimate folder's runs): one panel per model and precision."""
     estimated = rows[rows.status == "estimated"]
     profile = "cuda" if (estimated.profile == "cuda").any() else "cpu"
     failed = rows[(rows.status != "estimated") & (rows.profile == profile)]
@@ -69,14 +82,12 @@ def write_estimate_chart(folder: Path) -> Path:
         reasons = "; ".join(f"{optimizer}: {error}" for optimizer, error in
                             sorted(set(zip(failed.optimizer, failed.error_type))))
         fig.text(0.01, 0.005, f"not estimated: {len(failed)} cells ({reasons})", fontsize=8)
-    handles, labels = flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=7,
+    legend = {label: handle for ax in flat[:len(panels)] for handle, label in zip(*ax.get_legend_handles_labels())}
+    handles, labels = list(legend.values()), list(legend)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=7, handlelength=4,
                bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    path = Path(folder) / CHART_NAME
-    fig.savefig(path, dpi=100, metadata={"Software": None}, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return fig
 
 
 NAMED = ("model", "precision", "checkpointing", "optimizer", "micro_batch", "accum_steps")
@@ -102,19 +113,26 @@ def _panel(ax, cells: pd.DataFrame, column: str, profile: str) -> None:
         lines = cells.loc[labels].sort_values("micro_batch")
         config = dict(key)
         ckpt, optimizer = config["checkpointing"], config["optimizer"]
-        marker, colour = OPTIMIZER_STYLES.get(optimizer, ("x", "black"))
-        ax.plot(lines.micro_batch, lines[column].astype(float) / GIB, color=colour,
-                linestyle=CHECKPOINT_STYLES.get(ckpt, ":"), marker=marker,
-                label=", ".join([f"ckpt {ckpt}", optimizer, *filter(None, (_word(name, config[name]) for name in apart))]))
+        words = filter(None, (_word(name, config[name]) for name in apart))
+        ax.plot(lines.micro_batch, lines[column].astype(float) / GIB, color=OPTIMIZER_COLORS.get(optimizer, "black"),
+                linestyle=CHECKPOINT_STYLES.get(ckpt, ":"), marker=CHECKPOINT_MARKERS.get(ckpt, "s"),
+                label=", ".join([f"ckpt {ckpt}", optimizer, *words]))
+    top_gib = float(cells[column].astype(float).max()) / GIB * 1.15
+    ax.set_ylim(0, top_gib)
     if profile == "cuda":
-        for gib, names in gpu_memory_lines().items():
+        sizes = gpu_memory_lines()
+        for gib in (gib for gib in sizes if gib <= top_gib):
             ax.axhline(gib, color="grey", linewidth=0.8, linestyle=":")
             ax.annotate(f"{gib:g} GiB", (1.0, gib), xycoords=("axes fraction", "data"), fontsize=7,
                         xytext=(3, 0), textcoords="offset points", va="center", color="grey")
+        above = [gib for gib in sizes if gib > top_gib]
+    else:
+        above = []
     micro_batches = sorted(int(m) for m in set(cells.micro_batch))
     ax.set_xscale("log", base=2)
     ax.set_xticks(micro_batches, [str(m) for m in micro_batches])
     ax.minorticks_off()
-    ax.set_yscale("log")
-    ax.set_xlabel("micro-batch")
+    # Named under the axis, where no curve or GPU line can sit on the note.
+    ax.set_xlabel("micro-batch" + (f"\nGPU sizes above this range: {', '.join(f'{gib:g}' for gib in above)} GiB"
+                                   if above else ""))
     ax.set_ylabel("predicted peak reserved (GiB)" if profile == "cuda" else "predicted tracked peak (GiB)")
