@@ -306,3 +306,7 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs()
                                                   if name not in (*extra_axis_defaults(), *PROVENANCE_FIELDS)),
                                      "device_type", "device_name", "status")
 """Columns every runs file has had since the first version: a file without one is not a runs file."""
+
+LATE_COLUMNS: tuple[str, ...] = PROVENANCE_FIELDS
+"""Columns a row may leave empty, added after runs files were committed: a file written before them still takes
+the rows that leave them empty (`RunsFile.refuse_older_schema`), so adding one does not orphan every measurement."""

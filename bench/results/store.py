@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.errors import ResultsFileError
 from bench.results.provenance import utc_now
 from bench.results.read import cell_text, read_text
-from bench.results.schema import COLUMNS, Column
+from bench.results.schema import COLUMNS, LATE_COLUMNS, Column
 
 FOLDER_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 """A name that becomes a folder under the results root: no `.` or `..`, no separator, at most 100 characters."""
@@ -163,15 +163,19 @@ class RunsFile:
             raise ResultsFileError(f"{self.path}: a symbolic link (to {os.readlink(self.path)}); rows are written only "
                                    "to a regular runs file inside the results folder: put the file itself there")
 
-    def refuse_older_schema(self) -> None:
+    def refuse_older_schema(self, row: dict | None = None) -> None:
         """A history file written by an earlier version cannot take today's rows and is never rewritten: refused
         (`ResultsFileError`, one line) before anything is measured. Computed files (estimates, predictions) are
-        recomputed whole, so theirs is replaced."""
+        recomputed whole, so theirs is replaced. A file that lacks only columns a row may leave empty
+        (`LATE_COLUMNS`) takes the rows that leave them empty (`row`: the one about to be written)."""
         if not self.history or not self.path.exists():
             return
         header = self.header()
         if header and header != self.columns:
             missing = [name for name in self.columns if name not in header]
+            late = not set(header) - set(self.columns) and set(missing) <= set(LATE_COLUMNS)
+            if late and (row is None or not any(cell_text(row.get(name)) for name in missing)):
+                return
             raise ResultsFileError(
                 f"{self.path}: written by an earlier version of bench (its header lacks {len(missing)} of today's "
                 f"columns, e.g. {missing[0]}); rows are appended to a runs file, never rewritten: move it aside "
@@ -185,7 +189,7 @@ class RunsFile:
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
         self.refuse_links()
-        self.refuse_older_schema()
+        self.refuse_older_schema(row)
         note = self.repair_torn_tail()
         if note:
             print(note, file=sys.stderr)
@@ -195,10 +199,10 @@ class RunsFile:
         try:
             if not self.history and any(tuple(old[column] for column in self.key) == name for old in existing):
                 self._rewrite([old for old in existing if tuple(old[column] for column in self.key) != name] + [row])
-            elif not self.path.exists() or current.header != self.columns:  # a new file, or a computed file's
-                self._rewrite(existing + [row])                                 # older schema (refused above otherwise)
-            else:  # a cell's new row, or its replacement: appended, and the reader takes a cell's last row
-                self._append(_csv_text([row], self.columns))
+            elif not self.path.exists() or (current.header != self.columns and not self.history):
+                self._rewrite(existing + [row])  # a new file, or a computed file's older schema
+            else:  # a cell's new row, or its replacement: appended in the file's own columns (checked above), and
+                self._append(_csv_text([row], current.header or self.columns))  # the reader takes a cell's last row
         except OSError as exc:
             raise RowNotWritten(self.path, exc, _csv_text([row], self.columns, header=True)) from None
 
