@@ -9,6 +9,8 @@ In-process through `bench.cli.main` and the API.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -16,7 +18,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import CPU_TAG, REPO
+from conftest import CPU_ROWS, CPU_TAG, REPO
 from test_faults_cli import ROWS, SKYPILOT, SMOKE, refused, work  # noqa: F401 - `work` is a fixture
 
 from bench.cli import main
@@ -313,3 +315,20 @@ def test_a_runs_file_with_a_bom_reads_the_same_rows(tmp_path):
 def test_docs_list_the_promises():
     text = (REPO / "docs" / "reliability.md").read_text()
     assert "tests/test_faults_data.py" in text
+
+
+def test_an_overflowed_fp16_gradient_norm_is_a_measurement_not_a_bad_value(tmp_path):
+    """fp16 without a loss scale overflows: the row's grad_norm of inf is what was measured, and reads back; the
+    bounds of #41 item 7 refuse inf only where no measurement can be one (the GPU check's fp16 dry run found it)."""
+    from bench.results.read import read_text
+
+    runs = tmp_path / "runs.csv"
+    text = CPU_ROWS.read_text().splitlines()
+    header = text[0].split(",")
+    row = next(csv.reader([text[1]]))
+    row[header.index("grad_norm")] = "inf"
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([header, row])
+    runs.write_text(buffer.getvalue())
+    assert read_runs(runs).grad_norm.iloc[0] == float("inf")
+    assert read_text(runs).rows[0]["grad_norm"] == "inf"

@@ -185,8 +185,8 @@ def _field_problem(name: str, value: str, column: Column, statuses: tuple[Status
         number = float(value)
     except ValueError:
         return "a whole number" if kind == "int" else "a number"
-    if not math.isfinite(number):  # inf, nan, 1e400: no measurement or configuration is one
-        return "a finite number" if kind == "float" else _whole_number(column)
+    if not math.isfinite(number) and not column.overflow:  # inf, nan, 1e400: no configuration is one, nor a
+        return "a finite number" if kind == "float" else _whole_number(column)  # measurement but an overflow
     if kind == "int" and not (number == round(number) and column.minimum <= number <= column.maximum):
         return _whole_number(column)
     return None

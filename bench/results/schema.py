@@ -36,6 +36,8 @@ class Column:
     any other whole number counts something, so is at least 0). Numbers of a `float` column are finite."""
     maximum: int = INT64_MAX
     """Largest whole number allowed."""
+    overflow: bool = False
+    """A `float` column that may hold inf or nan as a measurement: fp16 without a loss scale overflows."""
 
 
 def _cell_columns() -> dict[str, Column]:
@@ -113,7 +115,8 @@ COLUMNS: dict[str, Column] = {
     "host_rss_bytes": Column("json", "list per traced step: the process's resident memory after the step"),
     "grad_norm": Column("float", "L2 norm of all gradients as the first traced step's optimizer update uses them "
                                  "(after DDP's all-reduce): equal across splits of the same model, data and "
-                                 "weights when accumulation is exact"),
+                                 "weights when accumulation is exact; inf or nan when fp16 gradients overflowed",
+                        overflow=True),
     "step_times_ms": Column("json", "list: every measured optimizer step, milliseconds (the slowest rank's under "
                                     "DDP)"),
     "step_time_median_ms": Column("float"), "step_time_p10_ms": Column("float"), "step_time_p90_ms": Column("float"),
