@@ -18,7 +18,7 @@ from bench.grid.cell import Cell, extra_axis_defaults
 from bench.measure.device import DeviceInfo
 from bench.measure.hardware import gpu_spec
 from bench.measure.peak import ensure_peak
-from bench.measure.timing import NOISY_CI95_REL, summarize_step_times
+from bench.measure.step_stats import NOISY_CI95_REL, summarize_step_times
 from bench.report import build_report
 from bench.report.console import console, summary_table
 from bench.results.rows import config_columns

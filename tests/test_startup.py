@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -68,3 +69,30 @@ def test_help_listings_and_bad_input_load_no_torch(tmp_path):
     assert report["codes"] == [code for _, code in CALLS], done.stderr
     assert report["helps"] > 15  # every subcommand's --help was parsed
     assert report["heavy"] == [], f"loaded while parsing: {report['heavy']}"
+
+
+READ_AND_REPORT = textwrap.dedent("""
+    import json, sys
+    import bench.results.derived, bench.results.keys, bench.results.markdown, bench.results.read, bench.results.store
+    from bench.cli import main
+
+    code = main(["report", sys.argv[1]])
+    estimator = ("bench.memory.estimate", "bench.memory.probe", "bench.speed.trace", "bench.speed.predict")
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "timm") or name in estimator)
+    print(json.dumps({"code": code, "loaded": loaded[:5]}))
+""")
+
+
+@pytest.mark.slow
+def test_reading_rows_and_reporting_them_load_neither_torch_nor_the_estimator(tmp_path):
+    """Reading a runs file and `bench report` need the rows' columns and statistics, not the measurement stack:
+    a report on a machine without a working torch (or in a notebook) answers in the time it takes to draw."""
+    folder = tmp_path / "cpu_rows"
+    shutil.copytree(REPO / "tests" / "data" / "cpu_rows", folder)
+    done = subprocess.run([sys.executable, "-c", READ_AND_REPORT, str(folder)], cwd=REPO,
+                          env={**os.environ, "BENCH_CACHE_DIR": str(tmp_path / "cache")},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["code"] == 0 and (folder / "REPORT.md").is_file()
+    assert report["loaded"] == [], f"loaded to read and report rows: {report['loaded']}"

@@ -17,7 +17,7 @@ from bench.memory.probe import ProbeConfig, probe_from_estimate
 from bench.results.provenance import provenance, utc_now
 from bench.results.rows import autotune_cell_id, autotune_row
 from bench.results.schema import AUTOTUNE_COLUMNS
-from bench.results.store import RunsFile
+from bench.results.store import ESTIMATE_FOLDER, RunsFile, results_folder
 from bench.units import GIB
 
 EXPERIMENT = "claims_autotune"
@@ -28,7 +28,7 @@ CONFIGURATIONS = (("RTX-3090", "fp32", "off"), ("A100-40GB", "fp32", "off"), ("A
 
 
 def autotune_rows_path(results_root: Path) -> Path:
-    return Path(results_root) / EXPERIMENT / "estimate" / "runs.csv"
+    return results_folder(results_root, EXPERIMENT, ESTIMATE_FOLDER) / "runs.csv"
 
 
 def ensure_autotune_rows(results_root: Path) -> Path:

@@ -16,7 +16,7 @@ from bench.claims.evidence import (
 )
 from bench.claims.registry import CLAIMS, Claim
 from bench.claims.verdict import Check, Verdict, verdict_of
-from bench.equivalence.study import CSV_NAME as EQUIVALENCE_CSV
+from bench.results.store import EQUIVALENCE_CSV
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Literal
 
 import pandas as pd
 
-from bench.equivalence.study import CSV_NAME as EQUIVALENCE_CSV
+from bench.results.store import EQUIVALENCE_CSV
 from bench.results.read import file_schema, read_runs, read_text
 
 Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic", "torch"]

@@ -21,13 +21,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def build_reports(args: argparse.Namespace) -> int:
     require_folders(args.folders)
-    from bench.results.store import preflight
+    from bench.results.store import EQUIVALENCE_CSV, preflight
 
     for folder in args.folders:  # every folder takes files before any report is drawn
         preflight(folder, "the report and its charts", "nothing was written")
-    from bench.equivalence.study import CSV_NAME  # late: matplotlib only here
-    from bench.equivalence.table import write_study_tables
-    from bench.report import build_report
+    from bench.report import build_report  # late: matplotlib only here
     from bench.report.estimate_chart import write_estimate_chart
     from bench.results.read import file_schema
 
@@ -39,7 +37,9 @@ def build_reports(args: argparse.Namespace) -> int:
         if kind == "autotune":
             raise ResultsFileError(f"{folder}: the estimator's largest batches for the claims table, not "
                                    "measurements: nothing to report; bench claims reads them")
-        if (folder / CSV_NAME).is_file():  # an equivalence study's folder holds its CSV, not a runs file
+        if (folder / EQUIVALENCE_CSV).is_file():  # an equivalence study's folder holds its CSV, not a runs file
+            from bench.equivalence.table import write_study_tables  # here: the study's tolerances import torch
+
             written = write_study_tables(folder)
         elif kind == "estimated":  # estimates: their chart (no report: nothing was measured)
             written = [write_estimate_chart(folder)]

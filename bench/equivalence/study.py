@@ -25,8 +25,8 @@ from bench.equivalence.compare import (
 from bench.equivalence.variants import VARIANTS
 from bench.measure.device import DeviceInfo
 from bench.results.provenance import provenance, utc_now
+from bench.results.store import EQUIVALENCE_CSV
 
-CSV_NAME = "equivalence.csv"
 
 COLUMNS = [
     "model", "variant", "image_size_px", "dtype", "device", "optimizer", "seed", "effective_batch",
@@ -56,8 +56,8 @@ def run_study(models: tuple[str, ...], accum_steps: tuple[int, ...], *, effectiv
     table = pd.DataFrame(rows, columns=COLUMNS).astype(
         {"accum_steps": "Int64", "bn_updates_large_batch": "Int64", "bn_updates_accumulated": "Int64"})
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / CSV_NAME, index=False)
-    return out / CSV_NAME
+    table.to_csv(out / EQUIVALENCE_CSV, index=False)
+    return out / EQUIVALENCE_CSV
 
 
 def _measure(settings: Settings, variant: str, accum_steps: tuple[int, ...], context: dict) -> list[dict]:

@@ -18,7 +18,7 @@ from rich.table import Table  # noqa: E402
 
 from bench.equivalence.compare import TOLERANCE, Comparison  # noqa: E402
 from bench.equivalence.variants import VARIANTS  # noqa: E402
-from bench.equivalence.study import CSV_NAME  # noqa: E402
+from bench.results.store import EQUIVALENCE_CSV  # noqa: E402
 
 BATCHNORM_PANEL_VARIANTS = ("correct", "checkpoint", "frozen_bn")
 """The BatchNorm running-statistics panel: the plain loop, the double update, the fix."""
@@ -26,7 +26,7 @@ BATCHNORM_PANEL_VARIANTS = ("correct", "checkpoint", "frozen_bn")
 
 def write_study_tables(folder: Path) -> list[Path]:
     """`equivalence.md` and `equivalence.png` from `folder/equivalence.csv`; returns their paths."""
-    table = pd.read_csv(folder / CSV_NAME).astype(
+    table = pd.read_csv(folder / EQUIVALENCE_CSV).astype(
         {"accum_steps": "Int64", "bn_updates_large_batch": "Int64", "bn_updates_accumulated": "Int64"})
     accum_steps = sorted(int(k) for k in table.accum_steps.dropna().unique())
     (folder / "equivalence.md").write_text(study_markdown(table, accum_steps))

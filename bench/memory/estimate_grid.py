@@ -34,10 +34,8 @@ from bench.results.provenance import provenance, utc_now
 from bench.results.read import SET_ASIDE_HINT, cell_text, check_row
 from bench.results.rows import cell_row, failure_from, memory_columns
 from bench.results.schema import ESTIMATE_COLUMNS
-from bench.results.store import RunsFile, preflight, results_folder
+from bench.results.store import ESTIMATE_FOLDER, RunsFile, preflight, results_folder
 from bench.units import gib
-
-ESTIMATE_FOLDER = "estimate"
 
 
 def estimate_device(target: Target) -> DeviceInfo:

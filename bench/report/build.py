@@ -8,7 +8,6 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.memory.estimate_grid import ESTIMATE_FOLDER
 from bench.report.charts import CHARTS
 from bench.report.input_pipeline import (
     INPUT_CHART,
@@ -29,6 +28,7 @@ from bench.report.tables import (
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs
 from bench.results.schema import ESTIMATE_COLUMNS, PREDICTED_COLUMNS
+from bench.results.store import ESTIMATE_FOLDER, PREDICTED_FOLDER
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
 _PNG_METADATA = {"Software": None}
@@ -74,8 +74,8 @@ def _predicted_beside_measured(folder: Path, rows: pd.DataFrame) -> list[str]:
     from bench.report.compare import compare, entries_from_rows, predicted_beside_measured, prediction_summary
     from bench.results.read import records
 
-    path = Path(folder).parent / "predicted" / "runs.csv"
-    if Path(folder).name == "predicted" or not path.is_file():
+    path = Path(folder).parent / PREDICTED_FOLDER / "runs.csv"
+    if Path(folder).name == PREDICTED_FOLDER or not path.is_file():
         return []
     comparison = compare(entries_from_rows(records(read_runs(path, PREDICTED_COLUMNS)), "predicted"),
                          entries_from_rows(records(rows), "measured"))

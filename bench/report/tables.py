@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from bench.measure.timing import MIN_STEPS_FOR_SPREAD, rate_change_interval
+from bench.measure.step_stats import MIN_STEPS_FOR_SPREAD, rate_change_interval
 from bench.report.rows import (
     PRECISION_ORDER,
     ordered,

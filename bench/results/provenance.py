@@ -14,8 +14,6 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-import torch
-
 PROVENANCE_COLUMNS = ("torch_version", "timm_version", "bitsandbytes_version", "cuda_version", "python_version",
                       "git_commit", "git_dirty")
 """The keys of `provenance()`, in the order runs files hold them."""
@@ -52,6 +50,8 @@ def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
 
 @cache
 def library_versions() -> dict[str, str]:
+    import torch  # here, not at the top: reading a runs file needs the column names, not torch
+
     return {
         "torch_version": torch.__version__,
         "timm_version": _version("timm"),

@@ -36,7 +36,7 @@ from bench.measure.input_pipeline import (
 )
 from bench.measure.memory import TracedStep
 from bench.measure.peak import PeakFlops
-from bench.measure.timing import summarize_step_times
+from bench.measure.step_stats import summarize_step_times
 from bench.measure.utilization import samples_per_s, utilization_pct
 from bench.results.schema import SCHEMAS, RowKind, Status
 

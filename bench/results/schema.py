@@ -124,7 +124,7 @@ COLUMNS: dict[str, Column] = {
                                              "resamples of the timed steps, fixed seed); empty under 5 steps"),
     "step_time_ci95_high_ms": Column("float", "the same interval's high end"),
     "step_time_ci95_rel": Column("float", "the interval's width over the median: the row's dispersion figure"),
-    "noisy": Column("bool", "step_time_ci95_rel above 0.10 (bench.measure.timing.NOISY_CI95_REL): such a cell is "
+    "noisy": Column("bool", "step_time_ci95_rel above 0.10 (bench.measure.step_stats.NOISY_CI95_REL): such a cell is "
                             "measured once more in a fresh process and the narrower measurement kept; empty "
                             "under 5 steps"),
     "remeasured": Column("bool", "the first measurement was noisy and the cell ran again; the columns hold the "

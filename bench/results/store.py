@@ -31,6 +31,13 @@ from bench.results.provenance import utc_now
 from bench.results.read import cell_text, read_text
 from bench.results.schema import COLUMNS, LATE_COLUMNS, Column
 
+ESTIMATE_FOLDER = "estimate"
+"""`<root>/<grid>/estimate/`: the fake-tensor estimator's rows for a grid (`bench estimate`, the claims' autotune)."""
+PREDICTED_FOLDER = "predicted"
+"""`<root>/<grid>/predicted/`: the throughput model's rows for a grid (`bench predict`)."""
+EQUIVALENCE_CSV = "equivalence.csv"
+"""The equivalence study's table, in its folder in place of a runs file (`bench equivalence`)."""
+
 FOLDER_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 """A name that becomes a folder under the results root: no `.` or `..`, no separator, at most 100 characters."""
 

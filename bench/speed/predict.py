@@ -43,13 +43,11 @@ from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
 from bench.results.rows import cell_row, failure, failure_from
 from bench.results.schema import PREDICTED_COLUMNS
-from bench.results.store import RunsFile, preflight
+from bench.results.store import PREDICTED_FOLDER, RunsFile, preflight, results_folder
 from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, OpMix, StepTime, gpu_rates, op_mix, step_time
 from bench.speed.params import ModelFile, load_model_file
 from bench.speed.trace import StepOps, trace_cell
-
-PREDICTED_FOLDER = "predicted"
 
 
 @dataclass(frozen=True)
@@ -158,7 +156,7 @@ def predict_grid(grid: Grid, results_root: Path, gpus: tuple[str, ...] | None = 
                  on_row: Callable[[dict], None] | None = None) -> Path:
     """Predict every cell of `grid` on `gpus` (default: every catalog GPU) and write the rows."""
     gpus = gpus or gpu_keys()
-    runs = RunsFile(Path(results_root) / grid.name / PREDICTED_FOLDER / "runs.csv", PREDICTED_COLUMNS,
+    runs = RunsFile(results_folder(results_root, grid.name, PREDICTED_FOLDER) / "runs.csv", PREDICTED_COLUMNS,
                     key=("cell_id", "gpu"))
     preflight(runs.path.parent, "predicted rows", "nothing was predicted")
     stamp = provenance()
