@@ -11,13 +11,13 @@ install: $(STAMP)
 # Re-installs only when the package metadata or the pinned versions change; the venv itself is kept.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,slurm]'  # slurm: the SLURM executor's tests need submitit
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,slurm,cloud]'  # the SLURM and SkyPilot paths' tests need them
 	touch $(STAMP)
 
 # The exact versions `make install` uses, resolved again from pyproject.toml (run after changing a dependency).
 constraints: install
 	$(BIN)/python -m pip install --quiet pip-tools
-	$(BIN)/pip-compile --quiet --extra dev --extra slurm --strip-extras --no-emit-index-url --no-emit-find-links \
+	$(BIN)/pip-compile --quiet --extra dev --extra slurm --extra cloud --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file constraints.txt pyproject.toml
 
 # Every test, doctests included; test-fast (at most 2 minutes on 2 cores) leaves out those marked slow: they start

@@ -7,6 +7,8 @@ import re
 import sys
 import tomllib
 
+import pytest
+
 from conftest import REPO
 
 # Standard-library modules and names newer than 3.9, with the version that added them. A use of one
@@ -76,8 +78,12 @@ def test_the_floor_is_the_one_the_code_needs():
     assert sys.version_info[:2] >= _declared()
 
 
-def test_submitit_is_the_slurm_extra_not_a_dependency():
+@pytest.mark.parametrize("extra, package", [("slurm", "submitit"), ("cloud", "skypilot")])
+def test_executors_are_extras_that_the_dev_install_still_tests(extra, package):
+    """A user of the harness alone installs neither; `make install` takes both, so the SLURM path runs and a written
+    SkyPilot task is parsed by SkyPilot itself in the tests, with the pinned versions of constraints.txt."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert not any(dep.startswith("submitit") for dep in project["dependencies"])
-    assert any(dep.startswith("submitit") for dep in project["optional-dependencies"]["slurm"])
-    assert "'.[dev,slurm]'" in (REPO / "Makefile").read_text()  # the dev install still runs the SLURM tests
+    assert not any(dep.startswith(package) for dep in project["dependencies"])
+    assert any(dep.startswith(package) for dep in project["optional-dependencies"][extra])
+    assert "'.[dev,slurm,cloud]'" in (REPO / "Makefile").read_text()
+    assert re.search(rf"^{package}==", (REPO / "constraints.txt").read_text(), re.MULTILINE)
