@@ -23,7 +23,10 @@ from bench.commands import GROUPS
 from bench.commands.common import version
 from bench.commands.formats import error_document, text_answer, wants_json
 from bench.errors import BadInput, OptionError
-from bench.isolation import keep_working_directory_off_import_path
+from bench.isolation import keep_working_directory_off_import_path, preload_in_children
+
+# Each child of the fork server re-imports the main module (the `bench` script, which imports this one) first.
+preload_in_children(__name__)
 
 EXIT_BAD_INPUT = 2
 LOG_ENV = "BENCH_LOG"

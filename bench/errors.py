@@ -8,7 +8,7 @@ that runs out of memory) are rows, never these.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator
 
 
 class BadInput(Exception):
@@ -93,3 +93,9 @@ def step_refusal(model: str, tried: str, exc: BaseException) -> ModelRefused:
     first = (str(exc).strip().splitlines() or [""])[0]
     first = first if len(first) <= 200 else first[:197] + "..."
     return ModelRefused(f"{model}: cannot take the synthetic step on {tried} ({type(exc).__name__}: {first})")
+
+
+def shown(value: Any) -> str:
+    """`value` as a refusal shows it: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -45,6 +45,16 @@ def safe_child_environment(environment: Mapping[str, str] = os.environ) -> dict[
 
 _SAFE_PATH_VARIABLES = ("PYTHONPATH", "PYTHONSAFEPATH")
 
+_PRELOAD: list[str] = []
+"""What the fork server imports before it forks, in the order the modules registered (`preload_in_children`)."""
+
+
+def preload_in_children(module: str) -> None:
+    """Have the fork server import `module` when it starts, so every child it forks has it already. The modules
+    register themselves when imported (the measurement module, the command line), so this one names none of them."""
+    if module not in _PRELOAD:
+        _PRELOAD.append(module)
+
 
 def keep_working_directory_off_import_path() -> None:
     """For the `bench` command: nothing it imports, nor any interpreter it starts, comes from the working
@@ -56,8 +66,7 @@ def keep_working_directory_off_import_path() -> None:
 def fork_server() -> multiprocessing.context.BaseContext:
     """A process context whose children start with torch, timm and the worker imported."""
     context = multiprocessing.get_context("forkserver")
-    # bench.cli too: each child re-imports the main module (the `bench` script) before it starts.
-    context.set_forkserver_preload(["bench.run.cell_measurement", "bench.cli"])
+    context.set_forkserver_preload(list(_PRELOAD))
     # Started here, not at the first child, so that it starts with the safe environment (it imports torch and
     # timm, and its children inherit it) without changing the environment of a program that calls the API.
     saved = {name: os.environ.get(name) for name in _SAFE_PATH_VARIABLES}

@@ -19,12 +19,13 @@ from conftest import read_rows, run_bench, tiny_grid
 from bench.errors import GridFileError
 from bench.grid.cell import Cell
 from bench.grid.spec import load_grid, with_world_size
+from bench.measure.cpu import threads_per_rank
 from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
 from bench.results.read import read_runs
 from bench.results.store import RunsFile
 from bench.run.cell_measurement import CellTask
-from bench.run.ddp_launch import aggregate, threads_per_rank
+from bench.run.ddp_launch import aggregate
 from bench.run.ddp_rank import FAIL_EXIT_CODE, FAIL_RANK_ENV, DdpDistribution
 from bench.train.models import build_model, synthetic_batch
 from bench.train.step import accumulate_gradients

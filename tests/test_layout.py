@@ -22,14 +22,39 @@ def _stage(module: str) -> str:
     return module.split(".")[1]
 
 
+def _modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own name, not `.__init__`)."""
+    found = {}
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    """The nodes under `if TYPE_CHECKING:`: annotations only, never imported when the program runs."""
+    return {inner for node in ast.walk(tree) if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+            for inner in ast.walk(node)}
+
+
 def _imports(path: Path) -> set[str]:
+    """The bench modules `path` imports when it runs: at the top, inside functions, `from bench.x import module`,
+    and by name in a string (`"bench.run.ddp_rank"` started with -m, a module the fork server preloads)."""
+    modules = _modules()
     tree = ast.parse(path.read_text())
+    skipped = _type_checking_only(tree)
     found = set()
     for node in ast.walk(tree):
+        if node in skipped:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bench."):
-            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                      for alias in node.names}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("bench.")}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("bench.") \
+                and node.value in modules:
+            found.add(node.value)
     return found
 
 
@@ -42,8 +67,48 @@ def test_no_module_imports_a_stage_above_its_own():
             continue
         own = STAGES.index(_stage(module))
         upward += [f"{module} imports {target}" for target in _imports(path)
-                   if STAGES.index(_stage(target)) > own]
+                   if _stage(target) != "data" and STAGES.index(_stage(target)) > own]  # data: files, no code
     assert not upward, upward
+
+
+def test_no_import_circle():
+    """Modules import each other one way only, function-level and by-name imports included: a circle means neither
+    module can be read (or moved) without the other, and an import order that works only by luck."""
+    graph = {module: _imports(path) - {module} for module, path in _modules().items()}
+    circles = [component for component in _strongly_connected(graph) if len(component) > 1]
+    assert not circles, circles
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of `graph` (iterative: the package is deeper than it is wide, but why risk it)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            target = next((t for t in targets if t in graph), None)
+            if target is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = stack[stack.index(node):]
+                    del stack[stack.index(node):]
+                    components.append(sorted(component))
+            elif target not in index:
+                index[target] = low[target] = len(index)
+                stack.append(target)
+                work.append((target, iter(sorted(graph[target]))))
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+    return components
 
 
 def test_every_stage_is_listed():

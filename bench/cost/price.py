@@ -36,6 +36,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
 from bench.cost.catalog import Instance
+from bench.cost.records import record
 from bench.frames import Tabular
 from bench.grid.cell import Cell
 from bench.grid.model_ref import runs_code
@@ -613,8 +614,6 @@ class CostTable(Tabular):
 
     def frame_rows(self) -> list[dict]:
         """Every line as cost.csv writes it (`to_frame()`, and the table a notebook shows)."""
-        from bench.cost.outputs import record  # outputs builds on this module
-
         return [record(line, self.workload.samples_per_run, strategy=self.strategy(line.row)) for line in self.lines]
 
 

@@ -38,7 +38,7 @@ from torch.nn.modules.batchnorm import (
 from bench.equivalence.variants import VARIANTS, DType, Norm, Setup, Split, Variant
 from bench.errors import BadInput
 from bench.grid.cell import Cell, OptimizerName
-from bench.grid.spec import timm_model_problem
+from bench.grid.model_ref import timm_model_problem
 from bench.train.optim import build_optimizer
 from bench.train.step import (
     Batch,

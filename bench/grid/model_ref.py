@@ -13,6 +13,7 @@ there after the installed packages.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import os
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from bench.errors import ModelRefError
+from bench.errors import ModelRefError, shown
+from bench.grid.cell import MODEL_CHARACTERS, MODEL_PATTERN
 
 if TYPE_CHECKING:
     from bench.grid.cell import Cell
@@ -64,8 +66,6 @@ def model_problem(name: str) -> str | None:
     if kind == "hf-hub":
         return _hub_problem(name)
     if kind == "timm":
-        from bench.grid.spec import timm_model_problem
-
         problem = timm_model_problem(name)
         return problem and problem + " (or name a factory: package.module:function or path/to/file.py:function)"
     target, factory = name.rsplit(":", 1)
@@ -234,3 +234,45 @@ def hub_local_dir(name: str) -> str:
     if config is None:
         raise ModelRefError(_hub_problem(name) or f"{name}: not cached")
     return "local-dir:" + str(Path(config).parent)
+
+
+def timm_model_problem(name: str) -> str | None:
+    """None when timm knows `name` (a pretrained tag after the dot allowed, as `timm.is_model` does);
+    otherwise what is wrong, with the closest names.
+
+    Example:
+        >>> timm_model_problem("resnet50") is None
+        True
+        >>> timm_model_problem("resnet-50")
+        "'resnet-50' is not a timm model; did you mean resnet50, resnet50t, resnet50s?"
+    """
+    if not re.fullmatch(MODEL_PATTERN, name):  # a name a cell id cannot hold is refused before timm is asked
+        return f"{shown(name)} is not a model name; allowed: {MODEL_CHARACTERS}"
+    if name.endswith("."):  # timm reads `test_vit.` as test_vit with an empty tag: the same model under two names
+        return f"{shown(name)} ends with a dot and no pretrained tag after it; name the model without the dot"
+    names = timm_model_names()
+    if name.split(".", 1)[0] in names:
+        return None
+    close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
+    return f"{name!r} is not a timm model; {hint}"
+
+
+def timm_model_names() -> frozenset[str]:
+    """timm's registered architectures. Kept in the cache per timm version, so a command validates its model
+    names without importing timm (and torch); read live when timm is already imported, which also sees
+    models registered in this process."""
+    from bench.cache import DiskCache
+
+    if "timm" in sys.modules:
+        return frozenset(sys.modules["timm"].list_models())
+    store = DiskCache("timm-models", sources=(), check=lambda names: None if isinstance(names, list) and all(
+        isinstance(name, str) for name in names) else "not a list of model names")
+    cached = store.get({})
+    if cached is not None:
+        return frozenset(cached)
+    import timm  # slow: only when the cache cannot answer
+
+    names = timm.list_models()
+    store.put({}, names)
+    return frozenset(names)

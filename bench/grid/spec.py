@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import difflib
 import itertools
-import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,7 +50,7 @@ from pydantic import (
 )
 from pydantic.functional_validators import AfterValidator
 
-from bench.errors import GridFileError
+from bench.errors import GridFileError, shown
 from bench.frames import Tabular
 from bench.grid.cell import (
     MODEL_CHARACTERS,
@@ -465,27 +464,21 @@ def _format_error(error: dict, model: type[BaseModel], path: Path, prefix: tuple
     if kind == "less_than_equal":
         return f"{path}: {key}: {value!r} is not allowed; must be <= {error['ctx']['le']}"
     if kind in _TYPE_NAMES:
-        return f"{path}: {key}: {_shown(value)} is not allowed; must be {_TYPE_NAMES[kind]}"
+        return f"{path}: {key}: {shown(value)} is not allowed; must be {_TYPE_NAMES[kind]}"
     if kind == "string_pattern_mismatch" and error["ctx"]["pattern"] == MODEL_PATTERN:
-        return (f"{path}: {key}: {_shown(value)} is not a model reference; allowed: a timm name, hf-hub:ORG/NAME, "
+        return (f"{path}: {key}: {shown(value)} is not a model reference; allowed: a timm name, hf-hub:ORG/NAME, "
                 f"package.module:factory or path/to/file.py:factory, {MODEL_CHARACTERS}")
     if kind == "string_pattern_mismatch":
         return f"{path}: {key}: {value!r} is not allowed; must match {error['ctx']['pattern']}"
     if kind == "value_error":
         return f"{path}: {key}: {error['msg'].removeprefix('Value error, ')}"
-    return f"{path}: {key}: {error['msg']} (got {_shown(value)})"
+    return f"{path}: {key}: {error['msg']} (got {shown(value)})"
 
 
 _TYPE_NAMES = {"int_type": "a whole number (a TOML integer, not text, a float or true/false)",
                "bool_type": "true or false", "float_type": "a number", "finite_number": "a finite number",
                "string_type": "text (a quoted TOML string)", "list_type": "a list", "tuple_type": "a list",
                "dict_type": "a table", "model_type": "a table"}
-
-
-def _shown(value: Any) -> str:
-    """`value` as the message shows it: its repr, cut to 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _dotted(loc: tuple) -> str:
@@ -522,45 +515,3 @@ def _check_models(names: list[str], path: Path, runs_model_code: bool, *, resolv
         problem = model_problem(name)
         if problem:
             raise GridFileError(f"{path}: grid.model[{index}]: {problem}")
-
-
-def timm_model_problem(name: str) -> str | None:
-    """None when timm knows `name` (a pretrained tag after the dot allowed, as `timm.is_model` does);
-    otherwise what is wrong, with the closest names.
-
-    Example:
-        >>> timm_model_problem("resnet50") is None
-        True
-        >>> timm_model_problem("resnet-50")
-        "'resnet-50' is not a timm model; did you mean resnet50, resnet50t, resnet50s?"
-    """
-    if not re.fullmatch(MODEL_PATTERN, name):  # a name a cell id cannot hold is refused before timm is asked
-        return f"{_shown(name)} is not a model name; allowed: {MODEL_CHARACTERS}"
-    if name.endswith("."):  # timm reads `test_vit.` as test_vit with an empty tag: the same model under two names
-        return f"{_shown(name)} ends with a dot and no pretrained tag after it; name the model without the dot"
-    names = timm_model_names()
-    if name.split(".", 1)[0] in names:
-        return None
-    close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
-    hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
-    return f"{name!r} is not a timm model; {hint}"
-
-
-def timm_model_names() -> frozenset[str]:
-    """timm's registered architectures. Kept in the cache per timm version, so a command validates its model
-    names without importing timm (and torch); read live when timm is already imported, which also sees
-    models registered in this process."""
-    from bench.cache import DiskCache
-
-    if "timm" in sys.modules:
-        return frozenset(sys.modules["timm"].list_models())
-    store = DiskCache("timm-models", sources=(), check=lambda names: None if isinstance(names, list) and all(
-        isinstance(name, str) for name in names) else "not a list of model names")
-    cached = store.get({})
-    if cached is not None:
-        return frozenset(cached)
-    import timm  # slow: only when the cache cannot answer
-
-    names = timm.list_models()
-    store.put({}, names)
-    return frozenset(names)

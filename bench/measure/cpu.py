@@ -108,6 +108,16 @@ def thread_budget() -> int:
     return max(1, min(allowed, math.floor(quota)) if quota is not None else allowed)
 
 
+def threads_per_rank(world_size: int, threads: int | None = None) -> int:
+    """CPU threads for each of `world_size` ranks: the cell's threads (default: this machine's thread
+    budget, `thread_budget`) shared out.
+
+    >>> threads_per_rank(10**6), threads_per_rank(2, threads=8)
+    (1, 4)
+    """
+    return max(1, (threads or thread_budget()) // world_size)
+
+
 def cgroup_cpu_quota() -> float | None:
     """CPUs the cgroup's quota allows (cpu.max, or cfs_quota_us / cfs_period_us), None when unlimited or unknown.
 

@@ -16,7 +16,6 @@ from typing import Iterator
 import torch
 from torch._subclasses import fake_tensor
 
-import bench
 from bench.errors import ModelRefused
 
 _WHY = {
@@ -28,7 +27,7 @@ _WHY = {
 }
 _MEASURE = "measure it instead of estimating (bench probe --device cuda on a GPU)"
 _NO_KERNEL = "No available kernel"
-_LIBRARIES = tuple(str(Path(module.__file__).parent) for module in (torch, bench, contextlib))
+_LIBRARIES = (*(str(Path(module.__file__).parent) for module in (torch, contextlib)), str(Path(__file__).parents[1]))
 
 
 @contextlib.contextmanager

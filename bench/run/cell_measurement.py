@@ -21,7 +21,7 @@ import timm  # noqa: F401  (preloaded by the fork server so cells start fast)
 import torch
 
 from bench.grid.cell import Cell
-from bench.isolation import drop_working_directory
+from bench.isolation import drop_working_directory, preload_in_children
 from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line, is_out_of_memory
 from bench.measure.flops import FlopsPerSample
@@ -48,6 +48,8 @@ from bench.train.optim import OptimizerUnavailable
 from bench.train.setup import cell_training
 from bench.train.step import NoSync, train_step
 from bench.units import GIB
+
+preload_in_children(__name__)  # cells then start with torch and timm imported
 
 
 @dataclass(frozen=True)

@@ -22,22 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.isolation import safe_child_environment
-from bench.measure.cpu import thread_budget
+from bench.measure.cpu import threads_per_rank
 from bench.measure.utilization import samples_per_s
 from bench.results.rows import failure, throughput_columns
 from bench.run.cell_measurement import CellTask
 
 _LOG_TAIL_CHARS = 400
-
-
-def threads_per_rank(world_size: int, threads: int | None = None) -> int:
-    """CPU threads for each of `world_size` ranks: the cell's threads (default: this machine's thread
-    budget, `bench.measure.cpu.thread_budget`) shared out.
-
-    >>> threads_per_rank(10**6), threads_per_rank(2, threads=8)
-    (1, 4)
-    """
-    return max(1, (threads or thread_budget()) // world_size)
 
 
 def torchrun_command(world_size: int, task_path: Path, out_dir: Path) -> list[str]:

@@ -25,13 +25,13 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.grid.cell import DdpSync
+from bench.measure.cpu import threads_per_rank
 from bench.run.cell_measurement import (
     CellTask,
     configure_allocator,
     exit_with,
     measured_outcome,
 )
-from bench.run.ddp_launch import threads_per_rank
 
 COLLECTIVE_TIMEOUT_S = 120
 """A collective that waits longer fails the rank (gloo/NCCL timeout) instead of hanging the grid."""
