@@ -35,11 +35,12 @@ def main() -> None:
     for precision in ("bf16", "fp32"):
         configure_precision(precision)  # fp32: TF32 off, as in the cells
         flops, side = measure_matmul_peak(precision, device, size=size, min_time_s=1.0)
-        lines.append({"quantity": f"matmul_{precision}_tflops", "measured": round(flops / 1e12, 3),
+        # Four significant figures, not three decimals: a loaded CPU's bf16 matmul can print as 0.000 TFLOP/s.
+        lines.append({"quantity": f"matmul_{precision}_tflops", "measured": float(f"{flops / 1e12:.4g}"),
                       "datasheet": (gpu.peak_flops_per_s(precision) or 0) / 1e12 if gpu else None,
                       "method": f"best torch.matmul {side}x{side} {precision}, >= 1 s of samples"})
     nbytes = 2**30 if info.type == "cuda" else 2**28
-    lines.append({"quantity": "copy_gb_per_s", "measured": round(measure_copy_bandwidth(device, nbytes) / 1e9, 1),
+    lines.append({"quantity": "copy_gb_per_s", "measured": float(f"{measure_copy_bandwidth(device, nbytes) / 1e9:.4g}"),
                   "datasheet": None,
                   "method": f"best of 10 copies of {nbytes // 2**20} MiB, read + write bytes / time"})
     table = pd.DataFrame(lines).assign(device_name=info.name, device_type=info.type, **provenance(),
