@@ -97,6 +97,29 @@ def test_a_cuda_allocator_claim_is_not_testable_with_cpu_rows_only(tmp_path):
 
 
 @pytest.mark.slow
+def _checkpointing_row(checkpointing: str, saved_bytes: float) -> dict:
+    """A ViT row whose first forward saved `saved_bytes` of activations (memory after forward minus after backward,
+    plus the gradients: `saved_activations_bytes`)."""
+    grads = 1 * GB
+    phases = [["forward", 0, 2 * GB + saved_bytes], ["backward", 0, 2 * GB + grads]]
+    return {"cell_id": f"vit-ckpt-{checkpointing}", "status": "ok", "device_type": "cpu", "device_name": "Some CPU",
+            "error_message": "", "model": "vit_base_patch16_224", "checkpointing": checkpointing,
+            "grads_bytes": grads, "phase_memory": json.dumps(phases)}
+
+
+@pytest.mark.parametrize("saved_with_checkpointing, verdict", [
+    (0.35, "holds"),  # 65 % cut: inside the claimed 60-70 %
+    (0.11, "exceeds the claim"),  # 89 % cut: a larger saving than claimed, in the claimed direction
+    (0.60, "does not hold"),  # 40 % cut: short of the claim
+])
+def test_a_larger_effect_than_claimed_in_its_direction_exceeds_it(tmp_path, saved_with_checkpointing, verdict):
+    """One rule for every claim: 89 % of activation memory saved against a claimed 60-70 % exceeds the claim (it
+    read "does not hold", while a larger-than-claimed saving elsewhere read "exceeds")."""
+    _write_rows(tmp_path, "claims_checkpointing", "cpu-x",
+                [_checkpointing_row("off", 1 * GB), _checkpointing_row("full", saved_with_checkpointing * GB)])
+    assert evaluate(CLAIM["000-checkpointing-memory"], tmp_path).verdict == verdict
+
+
 def test_the_table_regenerates_byte_for_byte(tmp_path):
     _write_rows(tmp_path, "claims_vit_l16", "cpu-x", [_state_row("cpu", 600 * MB)])
     out = tmp_path / "claims" / "cpu-x"

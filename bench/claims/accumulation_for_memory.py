@@ -33,10 +33,12 @@ claims = ClaimList(article="001")
 def bytes_per_parameter(rows: Rows) -> list[Check]:
     row = rows.one(optimizer="adamw", zero_grad="none", micro_batch=4)
     count = float(row.param_count)
-    return [value_check("parameters 4P bytes", row.params_bytes, 4 * count, 0.01, "bytes/param", count, label="parameters"),
-            value_check("gradients 4P bytes", row.grads_bytes, 4 * count, 0.01, "bytes/param", count, label="gradients"),
+    return [value_check("parameters 4P bytes", row.params_bytes, 4 * count, 0.01, "bytes/param", count, label="parameters",
+                        favourable=None),
+            value_check("gradients 4P bytes", row.grads_bytes, 4 * count, 0.01, "bytes/param", count, label="gradients",
+                        favourable=None),
             value_check("Adam state ~8P bytes", row.optimizer_state_bytes, 8 * count, 0.01, "bytes/param", count,
-                        label="AdamW")]
+                        label="AdamW", favourable=None)]
 
 
 @claims.add(
@@ -99,4 +101,4 @@ def fp16_copy(rows: Rows) -> list[Check]:
     copy = intercepts["fp16"] - intercepts["fp32"]
     params = float(rows.all(precision="fp32").iloc[0].params_bytes)  # fp32: 4 bytes per parameter
     return [value_check("a float16 copy of the weights costs 2P bytes", copy, params / 2, 0.15, "GB", GB,
-                        label=f"fp16 copy (2P = {params / 2 / GB:.2f} GB):")]
+                        label=f"fp16 copy (2P = {params / 2 / GB:.2f} GB):", favourable=None)]

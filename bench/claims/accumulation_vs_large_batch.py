@@ -73,7 +73,7 @@ def strategy_phases(rows: Rows) -> list[Check]:
         for phase, value in zip(("forward", "backward", "optimizer"), values):
             measured = _phase_max(row, phase)
             checks.append(value_check(f"{label} ({pair(row)}) after {phase}: {value} GB", measured,
-                                      value * GB, 0.25, "GB", GB, label=f"{label} {phase}"))
+                                      value * GB, 0.25, "GB", GB, label=f"{label} {phase}", favourable=None))
     return checks
 
 
@@ -106,7 +106,8 @@ def b_slower(rows: Rows) -> list[Check]:
 )
 def activation_per_image(rows: Rows) -> list[Check]:
     slope = _per_sample_slope(rows.all())
-    return [value_check("~150 MB of activations per image", slope, 150 * MB, 0.25, "MB", MB, 1, "per image")]
+    return [value_check("~150 MB of activations per image", slope, 150 * MB, 0.25, "MB", MB, 1, "per image",
+                        favourable=None)]
 
 
 @claims.add(
@@ -120,9 +121,11 @@ def activation_per_image(rows: Rows) -> list[Check]:
 )
 def resnet50_static(rows: Rows) -> list[Check]:
     row = rows.one(optimizer="adamw")
-    return [value_check("M_model 102 MB", row.params_bytes, 102 * MB, 0.05, "MB", MB, 1, "weights"),
-            value_check("M_optim 205 MB", row.optimizer_state_bytes, 205 * MB, 0.05, "MB", MB, 1, "AdamW"),
-            value_check("M_gradients 102 MB", row.grads_bytes, 102 * MB, 0.05, "MB", MB, 1, "gradients")]
+    return [value_check("M_model 102 MB", row.params_bytes, 102 * MB, 0.05, "MB", MB, 1, "weights", favourable=None),
+            value_check("M_optim 205 MB", row.optimizer_state_bytes, 205 * MB, 0.05, "MB", MB, 1, "AdamW",
+                        favourable=None),
+            value_check("M_gradients 102 MB", row.grads_bytes, 102 * MB, 0.05, "MB", MB, 1, "gradients",
+                        favourable=None)]
 
 
 @claims.add(
@@ -208,7 +211,7 @@ def autotune(rows: Rows) -> list[Check]:
     for gpu, claimed in (("RTX-3090", 48), ("A100-40GB", 96)):
         row = rows.one(gpu=gpu, precision="fp32", checkpointing="off")
         checks.append(value_check(f"{gpu}: batch {claimed}", float(row.largest_micro_batch), claimed, 0.25, "",
-                                  1, 0, f"{gpu}:"))
+                                  1, 0, f"{gpu}:", favourable=None))
     return checks
 
 
@@ -257,7 +260,7 @@ def eighty_five_mfu(rows: Rows) -> list[Check]:
     measured = (f"{rate:,.0f} samples/s × {gflop(flops)} / {tflop_per_s(peak, 0)} = {mfu:.1f} % MFU "
                 f"(85 % would be {samples_per_s_at(85, flops, peak):,.0f} samples/s, 90 epochs in "
                 f"{IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / samples_per_s_at(85, flops, peak) / 3600:.1f} h)")
-    return [Check("85 % MFU (75 to 95 %)", measured, outcome_in_range(mfu, 75, 95))]
+    return [Check("85 % MFU (75 to 95 %)", measured, outcome_in_range(mfu, 75, 95, favourable="higher"))]
 
 
 @claims.add(
@@ -273,8 +276,9 @@ def eighty_five_mfu(rows: Rows) -> list[Check]:
 def step_counts(rows: Rows) -> list[Check]:
     steps = IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / 128
     micro = steps * 16
-    return [value_check("281k optimizer steps", steps, 281e3, 0.05, "k", 1e3, 1, "steps"),
-            value_check("4.5M micro-batch steps (strategy B)", micro, 4.5e6, 0.05, "M", 1e6, 2, "micro-batch steps")]
+    return [value_check("281k optimizer steps", steps, 281e3, 0.05, "k", 1e3, 1, "steps", favourable=None),
+            value_check("4.5M micro-batch steps (strategy B)", micro, 4.5e6, 0.05, "M", 1e6, 2, "micro-batch steps",
+                        favourable=None)]
 
 
 ARTICLE_USD_PER_HOUR = 32.77
@@ -297,10 +301,11 @@ SWEEP_RUNS = 50
 def cost(rows: Rows) -> list[Check]:
     usd = {name: hours / 8 * ARTICLE_USD_PER_HOUR for name, hours in ARTICLE_HOURS.items()}
     gap = usd["B"] - usd["A"]
-    return [value_check("A: $73 a run", usd["A"], 73, 0.02, "$", label="A"),
-            value_check("B: $77 a run", usd["B"], 77, 0.02, "$", label="B"),
-            value_check("a $4 difference a run", gap, 4, 0.05, "$", label="gap"),
-            value_check("$200 over a 50-run sweep", SWEEP_RUNS * gap, 200, 0.05, "$", 1, 0, label="sweep")]
+    return [value_check("A: $73 a run", usd["A"], 73, 0.02, "$", label="A", favourable=None),
+            value_check("B: $77 a run", usd["B"], 77, 0.02, "$", label="B", favourable=None),
+            value_check("a $4 difference a run", gap, 4, 0.05, "$", label="gap", favourable=None),
+            value_check("$200 over a 50-run sweep", SWEEP_RUNS * gap, 200, 0.05, "$", 1, 0, label="sweep",
+                        favourable=None)]
 
 
 def _largest(rows: Rows, gpu: str, precision: str, checkpointing: str) -> int:
@@ -359,7 +364,7 @@ def mixed_precision_halves(rows: Rows) -> list[Check]:
     for column, name in (("params_bytes", "model"), ("grads_bytes", "gradients")):
         ratio = amp[column] / fp32[column]
         checks.append(value_check(f"{name} memory halves ({amp_name}/fp32 = 0.5)", ratio, 0.5, 0.10, "",
-                                  label=f"{name} {amp_name}/fp32 ="))
+                                  label=f"{name} {amp_name}/fp32 =", favourable="lower"))
     return checks
 
 
@@ -400,7 +405,7 @@ def loss_division(rows: Rows) -> list[Check]:
         # Both against the same large batch: their ratio is no_divide's norm over correct's.
         ratio = float(undivided.grad_norm_ratio) / float(divided.grad_norm_ratio)
         checks.append(value_check(f"{undivided.model}: gradients 16× too large at K = 16", ratio, 16, 0.01, "×",
-                                  label=f"{undivided.model}:", at=undivided.model))
+                                  label=f"{undivided.model}:", at=undivided.model, favourable=None))
     return checks
 
 

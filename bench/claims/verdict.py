@@ -3,7 +3,8 @@
 A claim is split into checks, each one number (or direction) against what the article says,
 with a tolerance stated in the check itself. A check passes, fails, or *exceeds*: the number
 lies beyond the claimed range on the side the article would welcome (a larger saving, a
-smaller cost). The verdict follows one rule:
+smaller cost), whichever claim it is: every check of an effect says which side that is. The
+verdict follows one rule:
 
 - holds: every check passes;
 - exceeds the claim: every check passes or exceeds, at least one exceeds;
@@ -24,7 +25,9 @@ Verdict = Literal["holds", "exceeds the claim", "partly", "does not hold", "not 
 VERDICTS: tuple[Verdict, ...] = ("holds", "exceeds the claim", "partly", "does not hold", "not testable here")
 Outcome = Literal["passes", "exceeds", "fails"]
 Favourable = Literal["higher", "lower"]
-"""Which side of a claimed range the article would welcome (a saving larger, a slowdown smaller)."""
+"""Which side of a claimed range the article would welcome (a saving larger, a slowdown smaller). Every check
+names it (`favourable=`, no default): an effect has one; a figure (a tensor's bytes, a step count, a price) has
+none (None), and a figure off its claimed value fails on either side."""
 
 RULE = ("holds: every check passes; exceeds the claim: every check passes or goes beyond the claimed range "
         "on the side the article would welcome; partly: some checks pass, some do not; does not hold: none "
@@ -93,8 +96,8 @@ def in_range(measured: float, low: float, high: float, slack: float = 0.0) -> bo
     return low * (1 - slack) - 1e-12 <= measured <= high * (1 + slack) + 1e-12
 
 
-def outcome_in_range(measured: float, low: float, high: float, slack: float = 0.0,
-                     favourable: Favourable | None = None) -> Outcome:
+def outcome_in_range(measured: float, low: float, high: float, slack: float = 0.0, *,
+                     favourable: Favourable | None) -> Outcome:
     """passes inside [low, high] (widened by `slack`); exceeds beyond it on the `favourable` side.
 
     >>> outcome_in_range(0.89, 0.60, 0.70, favourable="higher"), outcome_in_range(0.3, 0.6, 0.7, favourable="higher")
@@ -109,21 +112,22 @@ def outcome_in_range(measured: float, low: float, high: float, slack: float = 0.
 
 
 def value_check(claimed_text: str, measured: float, claimed: float, rel_tol: float, unit: str,
-                scale: float = 1.0, digits: int = 2, label: str = "", favourable: Favourable | None = None,
+                scale: float = 1.0, digits: int = 2, label: str = "", *, favourable: Favourable | None,
                 at: str = "") -> Check:
     """`measured` against `claimed` (both in base units; shown divided by `scale` with `unit`, after `label`)."""
     shown = _shown(measured / scale, digits, unit, label)
-    outcome = outcome_in_range(measured, claimed * (1 - rel_tol), claimed * (1 + rel_tol), 0.0, favourable)
+    outcome = outcome_in_range(measured, claimed * (1 - rel_tol), claimed * (1 + rel_tol), favourable=favourable)
     return Check(f"{claimed_text} (within {percent(rel_tol)})", shown, outcome, at)
 
 
 def range_check(claimed_text: str, measured: float, low: float, high: float, slack: float, unit: str,
-                scale: float = 1.0, digits: int = 2, label: str = "", favourable: Favourable | None = None,
+                scale: float = 1.0, digits: int = 2, label: str = "", *, favourable: Favourable | None,
                 at: str = "") -> Check:
     """`measured` inside [low, high], widened by `slack` on both sides; beyond it on the `favourable` side exceeds."""
     shown = _shown(measured / scale, digits, unit, label)
     widened = f" (±{percent(slack)})" if slack else ""
-    return Check(f"{claimed_text}{widened}", shown, outcome_in_range(measured, low, high, slack, favourable), at)
+    return Check(f"{claimed_text}{widened}", shown, outcome_in_range(measured, low, high, slack,
+                                                                     favourable=favourable), at)
 
 
 def _shown(value: float, digits: int, unit: str, label: str) -> str:
