@@ -118,17 +118,23 @@ bench-speed: install
 	$(BIN)/python scripts/speed_targets.py
 
 # The seed articles' claims: the claims grids (resume: only missing cells run), the estimator's
-# 224 px memory for the grids whose claims accept it (redone when a grid file changes), then
-# the table -> results/claims/<device-tag>/{CLAIMS.md,claims.csv}.
+# 224 px memory for the grids whose claims accept it (redone when a grid file changes), the throughput
+# model's predictions on the articles' GPUs for the grids of the GPU-speed claims (a predicted verdict
+# beside "not testable here" until GPU rows exist), then the table -> results/claims/<device-tag>/{CLAIMS.md,claims.csv}.
 CLAIMS_GRIDS := $(sort $(wildcard experiments/claims/*.toml))
 CLAIMS_ESTIMATES := $(foreach study,strategies vit_l16 detach checkpointing precision,results/claims_$(study)/estimate/runs.csv)
+CLAIMS_PREDICTIONS := $(foreach study,strategies checkpointing vit_sizes,results/claims_$(study)/predicted/runs.csv)
 claims: install
 	$(BIN)/bench run $(CLAIMS_GRIDS)
-	$(MAKE) --no-print-directory $(CLAIMS_ESTIMATES)
+	$(MAKE) --no-print-directory $(CLAIMS_ESTIMATES) $(CLAIMS_PREDICTIONS)
 	$(BIN)/bench claims
 
 results/claims_%/estimate/runs.csv: experiments/claims/%.toml
 	$(BIN)/bench estimate $<
+
+# The GPUs the articles name (002: A100; 000: RTX 3090), bench.claims.registry.ARTICLE_GPUS.
+results/claims_%/predicted/runs.csv: experiments/claims/%.toml
+	$(BIN)/bench predict $< --gpu A100-40GB --gpu RTX-3090
 
 clean:
 	rm -rf $(VENV) .pytest_cache

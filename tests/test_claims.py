@@ -23,6 +23,7 @@ from bench.grid.cell import Cell
 from bench.grid.spec import load_grid
 from bench.measure.device import detect_device
 from bench.measure.peak import PeakFlops
+from bench.results.schema import PREDICTED_COLUMNS
 from bench.results.store import RunsFile
 from bench.run.cell_measurement import CellTask, measure_cell
 from bench.run.grid_runner import RunOptions, run_grid
@@ -118,6 +119,31 @@ def test_a_larger_effect_than_claimed_in_its_direction_exceeds_it(tmp_path, save
     _write_rows(tmp_path, "claims_checkpointing", "cpu-x",
                 [_checkpointing_row("off", 1 * GB), _checkpointing_row("full", saved_with_checkpointing * GB)])
     assert evaluate(CLAIM["000-checkpointing-memory"], tmp_path).verdict == verdict
+
+
+def _predicted_row(model: str, gpu: str, samples_per_s: float) -> dict:
+    return {"cell_id": f"{model}-64x1-{gpu}", "status": "predicted", "device_type": "estimate", "device_name": gpu,
+            "error_message": "", "model": model, "micro_batch": 64, "accum_steps": 1, "gpu": gpu,
+            "samples_per_s": samples_per_s, "samples_per_s_low": 0.8 * samples_per_s,
+            "samples_per_s_high": 1.2 * samples_per_s, "speed_basis": "predicted (fixture)"}
+
+
+@pytest.mark.slow  # the claim's supporting FLOP count traces ViT-L (2 s)
+def test_a_gpu_speed_claim_without_gpu_rows_gets_a_predicted_verdict_for_its_articles_gpu(tmp_path):
+    """Not testable here stays the verdict (nothing measured it), and beside it the throughput model's verdict for
+    the GPU the article used (seed 000: an RTX 3090), labelled predicted, with the predictions' bands."""
+    runs = RunsFile(tmp_path / "claims_vit_sizes" / "predicted" / "runs.csv", PREDICTED_COLUMNS)
+    for row in (_predicted_row("vit_base_patch16_224", "RTX-3090", 380.0),
+                _predicted_row("vit_large_patch16_224", "RTX-3090", 120.0),
+                _predicted_row("vit_base_patch16_224", "A100-40GB", 100.0),  # another GPU: not the article's
+                _predicted_row("vit_large_patch16_224", "A100-40GB", 900.0)):
+        runs.write(row)
+    finding = evaluate(CLAIM["000-vit-b-faster"], tmp_path)
+    assert finding.verdict == "not testable here"
+    assert finding.predicted.verdict == "holds" and finding.predicted.device_name == "RTX-3090"
+    assert "3.17×" in finding.predicted.checks[0].measured and "304-456" in finding.predicted.note
+    text = write_claims([finding], tmp_path / "claims" / "estimate")[0].read_text()
+    assert "_predicted for RTX-3090: holds_" in text and "predicted verdict, not a measurement: **holds**" in text
 
 
 def test_the_table_regenerates_byte_for_byte(tmp_path):

@@ -13,8 +13,9 @@ from bench.claims.evidence import (
     Rows,
     Source,
     load_sources,
+    predicted_rows,
 )
-from bench.claims.registry import CLAIMS, Claim
+from bench.claims.registry import ARTICLE_GPUS, CLAIMS, Claim
 from bench.claims.verdict import Check, Verdict, verdict_of
 from bench.results.store import EQUIVALENCE_CSV
 
@@ -34,6 +35,9 @@ class Finding:
     """Why a preferred source could not answer (or, when not testable, why none could)."""
     supporting: tuple[str, ...] = ()
     """Labelled evidence from sources that give no verdict (when none could)."""
+    predicted: Finding | None = None
+    """For a claim about GPU speed that no GPU row answered: the same checks on the throughput model's predicted
+    rows for the article's GPU, a verdict labelled predicted (its `note` gives the predictions' bands)."""
 
     @property
     def where_it_holds(self) -> str:
@@ -64,7 +68,8 @@ class Finding:
     @property
     def found_as(self) -> str:
         """How a check's figure was found, in one word: only a device's rows are "measured"."""
-        return {"estimate": "estimated", "arithmetic": "computed", "torch": "found"}.get(self.source or "", "measured")
+        return {"estimate": "estimated", "arithmetic": "computed", "torch": "found",
+                "predicted": "predicted"}.get(self.source or "", "measured")
 
     @property
     def where(self) -> str:
@@ -95,7 +100,27 @@ def evaluate(claim: Claim, results_root: Path) -> Finding:
                        tuple(read.used), "; ".join(reasons), _supporting(claim, results_root))
     if claim.elsewhere:
         reasons.append(f"other sources: {claim.elsewhere}")
-    return Finding(claim, "not testable here", note="; ".join(reasons), supporting=_supporting(claim, results_root))
+    return Finding(claim, "not testable here", note="; ".join(reasons), supporting=_supporting(claim, results_root),
+                   predicted=_predicted(claim, results_root))
+
+
+def _predicted(claim: Claim, results_root: Path) -> Finding | None:
+    """The claim's checks on the predicted rows for its article's GPU, when it is one GPU rows would answer."""
+    gpu = ARTICLE_GPUS.get(claim.article)
+    rows = predicted_rows(results_root, claim.experiment, gpu) if "cuda" in claim.sources and gpu else None
+    if rows is None:
+        return None
+    try:
+        checks = claim.measure(rows)
+    except Missing:
+        return None
+    used = rows.frame[rows.frame.cell_id.isin(rows.used)].sort_values("cell_id")
+    bands = "; ".join(f"{cell}: {speed:,.0f} ({low:,.0f}-{high:,.0f}) samples/s" for cell, speed, low, high in
+                      zip(used.cell_id, used.samples_per_s, used.samples_per_s_low, used.samples_per_s_high))
+    note = (f"the predictions read, each with its 80 % band ({used.speed_basis.iloc[0]}): {bands}. The bands are "
+            "each prediction's own error; the validation states none for a ratio of two configurations on one GPU, "
+            "so this verdict is the model's, to be settled by GPU rows")
+    return Finding(claim, verdict_of(checks), tuple(checks), "predicted", rows.folder, gpu, tuple(rows.used), note)
 
 
 def _supporting(claim: Claim, results_root: Path) -> tuple[str, ...]:

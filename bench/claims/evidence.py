@@ -22,17 +22,18 @@ from typing import Literal
 
 import pandas as pd
 
-from bench.results.store import EQUIVALENCE_CSV
+from bench.results.store import EQUIVALENCE_CSV, PREDICTED_FOLDER
 from bench.results.read import file_schema, read_runs, read_text
 
-Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic", "torch"]
+Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic", "torch", "predicted"]
 ROWLESS: tuple[Source, ...] = ("arithmetic", "torch")
 """Sources that read no rows: their experiment is their own name."""
 USABLE_STATUS = {"cuda": "ok", "cpu": "ok", "estimate": "estimated", "equivalence": "ok", "arithmetic": "ok",
-                 "torch": "ok"}
+                 "torch": "ok", "predicted": "predicted"}
 SOURCE_WORDS = {"cuda": "measured on GPU", "estimate": "estimated for GPU (no device)", "cpu": "measured on CPU",
                 "equivalence": "equivalence study", "arithmetic": "computed from the article's own figures",
-                "torch": "run on the installed torch (CPU)"}
+                "torch": "run on the installed torch (CPU)",
+                "predicted": "predicted by the throughput model (no device)"}
 MEASURED_SOURCES: tuple[Source, ...] = ("cuda", "cpu")
 """Sources whose rows a device measured: they name the claims table's folder."""
 
@@ -125,6 +126,17 @@ def load_sources(results_root: Path, experiment: str) -> dict[Source, Rows]:
         source: Source = "estimate" if schema.kind in ("estimated", "autotune") else str(frame.device_type.iloc[0])
         found.setdefault(source, Rows(source, runs.parent, frame))
     return found
+
+
+def predicted_rows(results_root: Path, experiment: str, gpu: str) -> Rows | None:
+    """The throughput model's rows of `experiment` for catalog GPU `gpu` (`bench predict`), or None: what a claim
+    about GPU speed is predicted from when no GPU measured it."""
+    runs = Path(results_root, experiment, PREDICTED_FOLDER, "runs.csv")
+    if not runs.is_file():
+        return None
+    frame = read_runs(runs, file_schema(runs).columns)
+    frame = frame[frame.gpu.astype(str) == gpu]
+    return Rows("predicted", runs.parent, frame.assign(device_name=gpu)) if not frame.empty else None
 
 
 def _equivalence_rows(results_root: Path) -> dict[Source, Rows]:

@@ -18,8 +18,12 @@ ARTICLES = {
 }
 """The seed articles, cited by title; every claim quotes its article verbatim."""
 
+ARTICLE_GPUS = {"000": "RTX-3090", "002": accumulation_vs_large_batch.ARTICLE_GPU}
+"""The catalog GPU each article measured on (its words: "a single RTX 3090", "A100"): a claim about GPU speed that no
+GPU row answers is predicted for it."""
+
 CLAIMS: tuple[Claim, ...] = tuple(
     claim for module in (accumulation_vs_large_batch, hidden_memory_spike, oom_fixes_and_leak, accumulation_for_memory)
     for claim in module.claims.claims)
 
-__all__ = ["ARTICLES", "CLAIMS", "Claim"]
+__all__ = ["ARTICLES", "ARTICLE_GPUS", "CLAIMS", "Claim"]

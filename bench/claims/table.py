@@ -20,7 +20,8 @@ from bench.claims.verdict import RULE, VERDICTS
 from bench.results.markdown import markdown_table
 
 CSV_COLUMNS = ("claim_id", "article", "summary", "verdict", "where_it_holds", "source", "device_name", "found",
-               "rows_file", "cell_ids", "quote", "note", "supporting")
+               "rows_file", "cell_ids", "quote", "note", "supporting", "predicted_verdict", "predicted_gpu",
+               "predicted_found", "predicted_note")
 
 
 def write_claims(findings: list[Finding], out_dir: Path) -> list[Path]:
@@ -52,7 +53,7 @@ def claims_markdown(findings: list[Finding], out_dir: Path) -> str:
         "depends on the configuration is checked at every configuration the rows cover, and says where it "
         "holds.",
         "",
-        "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".",
+        "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + "." + _predicted_counts(findings),
         "",
         markdown_table(pd.DataFrame([_table_line(finding, out_dir) for finding in findings])),
         "",
@@ -72,7 +73,9 @@ def _table_line(finding: Finding, out_dir: Path) -> dict:
         "says": claim.summary,
         # "found", not "measured": an estimate or the article's own arithmetic gives figures too (column "from")
         "found": _measured(finding) or _supported(finding) or "—",
-        "verdict": f"**{finding.verdict}**" + (f" ({finding.where_it_holds})" if finding.where_it_holds else ""),
+        "verdict": f"**{finding.verdict}**" + (f" ({finding.where_it_holds})" if finding.where_it_holds else "")
+                   + (f"; _predicted for {finding.predicted.device_name}: {finding.predicted.verdict}_"
+                      if finding.predicted else ""),
         "from": finding.where if finding.source else _needs(finding),
         "rows": f"[{finding.rows_file.name}]({_link(finding, out_dir)})" if finding.rows_folder else "—",
     }
@@ -88,12 +91,28 @@ def _details(finding: Finding, out_dir: Path) -> list[str]:
         at = f" [{check.at}]" if check.at else ""
         lines.append(f"- check{at}: {check.claimed} — {finding.found_as} {check.measured} — {check.outcome}")
     lines += [f"- supporting, no verdict: {line}" for line in finding.supporting]
+    if finding.predicted:
+        predicted = finding.predicted
+        lines.append(f"- predicted verdict, not a measurement: **{predicted.verdict}** ({predicted.where}; rows "
+                     f"[{_link(predicted, out_dir)}]({_link(predicted, out_dir)}))")
+        lines += [f"- predicted check: {check.claimed} — {predicted.found_as} {check.measured} — {check.outcome}"
+                  for check in predicted.checks]
+        lines.append(f"- prediction's error: {predicted.note}")
     if finding.rows_folder:
         cells = ", ".join(f"`{cell}`" for cell in finding.cell_ids)
         lines.append(f"- rows: [{_link(finding, out_dir)}]({_link(finding, out_dir)}): {cells}")
     if finding.note:
         lines.append(f"- note: {finding.note}")
     return lines
+
+
+def _predicted_counts(findings: list[Finding]) -> str:
+    """The predicted verdicts of the claims no GPU row answered, counted apart from the verdicts."""
+    counts = Counter(finding.predicted.verdict for finding in findings if finding.predicted)
+    if not counts:
+        return ""
+    return (f" Predicted by the throughput model, for claims about GPU speed that no GPU row answered (not counted "
+            f"above): {', '.join(f'{counts[v]} {v}' for v in VERDICTS if counts.get(v))}.")
 
 
 def _needs(finding: Finding) -> str:
@@ -130,5 +149,9 @@ def claims_csv(findings: list[Finding], out_dir: Path) -> str:
             "rows_file": _link(finding, out_dir) if finding.rows_folder else "",
             "cell_ids": ";".join(finding.cell_ids), "quote": claim.quote, "note": finding.note,
             "supporting": " | ".join(finding.supporting),
+            "predicted_verdict": finding.predicted.verdict if finding.predicted else "",
+            "predicted_gpu": finding.predicted.device_name if finding.predicted else "",
+            "predicted_found": _measured(finding.predicted) if finding.predicted else "",
+            "predicted_note": finding.predicted.note if finding.predicted else "",
         })
     return buffer.getvalue()

@@ -244,12 +244,17 @@ def claims_document(findings, written) -> dict[str, Any]:
     """`bench claims`: every claim's verdict, the checks behind it and where the rows came from."""
     from collections import Counter
 
+    def verdict(f) -> dict[str, Any]:
+        return {"verdict": f.verdict, "where": f.where, "source": f.source, "rows_file": f.rows_file,
+                "cell_ids": f.cell_ids, "checks": [{"claimed": c.claimed, "measured": c.measured,
+                                                    "outcome": c.outcome, "at": c.at} for c in f.checks],
+                "note": f.note}
+
     return {"counts": dict(Counter(finding.verdict for finding in findings)),
+            "predicted_counts": dict(Counter(finding.predicted.verdict for finding in findings if finding.predicted)),
             "claims": [{"id": f.claim.id, "article": f.claim.article, "summary": f.claim.summary,
-                        "quote": f.claim.quote, "verdict": f.verdict, "where": f.where, "source": f.source,
-                        "rows_file": f.rows_file, "cell_ids": f.cell_ids, "where_it_holds": f.where_it_holds or None,
-                        "checks": [{"claimed": c.claimed, "measured": c.measured, "outcome": c.outcome, "at": c.at}
-                                   for c in f.checks],
-                        "note": f.note, "supporting": f.supporting}
+                        "quote": f.claim.quote, **verdict(f), "where_it_holds": f.where_it_holds or None,
+                        "supporting": f.supporting,
+                        "predicted": {**verdict(f.predicted), "gpu": f.predicted.device_name} if f.predicted else None}
                        for f in findings],
             "written": written}

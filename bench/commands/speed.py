@@ -88,6 +88,10 @@ def _predict(args: argparse.Namespace) -> int:
             path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
         table = accumulation_loss(records(read_runs(path, PREDICTED_COLUMNS)))
         written = path.parent / "accumulation.csv"
+        if not table:  # no configuration at two splits: an empty file (or an earlier grid's table) would mislead
+            written.unlink(missing_ok=True)
+            print(f"  wrote {path} (no accumulation.csv: no configuration of the grid has two splits to compare)")
+            continue
         _write_csv(table, written, [c for c in ACCUMULATION_COLUMNS if c != "variant" or any(c in r for r in table)])
         print(f"  wrote {path} and {written} (throughput lost at the most-accumulated split, per GPU)")
         for line in table:
