@@ -22,7 +22,8 @@ from bench.report.charts import (
     throughput_and_mfu,
 )
 from bench.report.rows import context_of, load_rows
-from bench.report.tables import accumulation_cost
+from bench.report.input_pipeline import input_table
+from bench.report.tables import accumulation_cost, data_parallel
 from bench.results.store import RunsFile
 from bench.units import GIB
 
@@ -215,3 +216,21 @@ def test_data_parallel_cells_get_their_own_table_and_stay_out_of_the_accumulatio
     assert "## Data parallel" in report
     assert "| m | 2×4 | 2 | every_step | ok | 3.0 | 125.0 | 0.5 | 4.0 | 12.0 |" in report
     assert "world_size 2, ddp_sync every_step" in report  # its variant, in the every-cell table
+
+
+def test_the_data_parallel_and_input_tables_carry_each_rows_timing_flags():
+    """A noisy or loaded row reads as such in every table that shows it, not only in the cell table."""
+    rows = pd.DataFrame({
+        "model": ["m", "m"], "micro_batch": [8, 8], "accum_steps": [1, 1], "world_size": [1, 2],
+        "ddp_sync": ["no_sync", "no_sync"], "status": ["ok", "ok"], "peak_memory_max_rank_bytes": [GIB, GIB],
+        "global_samples_per_s": [100.0, 150.0], "scaling_efficiency": [None, 0.75],
+        "allreduce_calls_per_step": [None, 1], "allreduce_ms_per_step": [None, 3.0],
+        "noisy": [False, True], "loaded": [False, True], "remeasured": [False, False],
+        "input": ["synthetic", "folder"], "loader_workers": [0, 2], "cpu_threads": [2, 2],
+        "samples_per_s": [100.0, 80.0], "synthetic_samples_per_s": [100.0, 100.0], "input_wait_median_ms": [None, 1.0],
+        "input_wait_p90_ms": [None, 2.0], "input_wait_pct": [None, 5.0], "input_bound": [None, False],
+        "loader_samples_per_s": [None, 500.0], "loader_cpu_ms_per_sample": [None, 2.0],
+        "host_rss_main_bytes": [None, GIB], "host_rss_workers_bytes": [None, GIB], "pinned_peak_bytes": [None, 0.0]})
+    assert data_parallel(rows)["flags"].tolist() == ["", "NOISY LOADED"]
+    assert input_table(rows)["flags"].tolist() == ["NOISY LOADED"]
+

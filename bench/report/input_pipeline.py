@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from bench.report.rows import ReportContext, pair_label  # noqa: E402
+from bench.report.rows import ReportContext, pair_label, timing_flags  # noqa: E402
 from bench.units import GIB, MIB, mb  # noqa: E402
 
 INPUT_CHART = "input_pipeline.png"
@@ -131,6 +131,7 @@ def input_table(rows: pd.DataFrame) -> pd.DataFrame:
         "RSS main / workers (GiB)": [_pair(a / GIB, b / GIB, 2) if pd.notna(a) else ""
                                      for a, b in zip(loader.host_rss_main_bytes, loader.host_rss_workers_bytes)],
         "pinned (MiB)": (loader.pinned_peak_bytes / MIB).round(1),
+        "flags": [timing_flags(row) for _, row in loader.iterrows()],
     })
 
 

@@ -93,3 +93,10 @@ def ordered(values, order) -> list:
 
 def pair_label(micro_batch: int, accum_steps: int) -> str:
     return f"{int(micro_batch)}×{int(accum_steps)}"
+
+
+def timing_flags(row: pd.Series) -> str:
+    """`NOISY LOADED remeasured`: what the cell table's spread column says about a row's timing, for every other
+    table that shows the row (accumulation, data parallel, input pipeline)."""
+    return " ".join(word for word, column in (("NOISY", "noisy"), ("LOADED", "loaded"), ("remeasured", "remeasured"))
+                    if pd.notna(row.get(column)) and bool(row.get(column)))

@@ -12,6 +12,7 @@ from bench.report.rows import (
     ordered,
     pair_label,
     reference_optimizer,
+    timing_flags,
     variant_labels,
 )
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
@@ -166,14 +167,8 @@ def _compare(model: str, precision: str, optimizer: str, large: pd.Series, accum
         "MFU large (%)": value(large, "mfu_pct", 2),
         "MFU accumulated (%)": value(accumulated, "mfu_pct", 2),
         "flags": "; ".join(f"{end} {flags}" for end, row in (("large", large), ("accumulated", accumulated))
-                           if (flags := _flags(row))),
+                           if (flags := timing_flags(row))),
     }
-
-
-def _flags(row: pd.Series) -> str:
-    """`NOISY LOADED remeasured`: what the cell table's spread says about a row's timing, for every other table."""
-    return " ".join(word for word, column in (("NOISY", "noisy"), ("LOADED", "loaded"), ("remeasured", "remeasured"))
-                    if _true(row.get(column)))
 
 
 def _lost_interval(large: pd.Series, accumulated: pd.Series) -> str:
@@ -200,6 +195,7 @@ def data_parallel(rows: pd.DataFrame) -> pd.DataFrame:
         "scaling efficiency": rows.scaling_efficiency.round(3),
         "all-reduces per step": rows.allreduce_calls_per_step,
         "all-reduce (ms/step)": rows.allreduce_ms_per_step.round(1),
+        "flags": [timing_flags(row) for _, row in rows.iterrows()],
     })
 
 
