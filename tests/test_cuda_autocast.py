@@ -20,6 +20,7 @@ from bench.memory.validate import (
     failed_batch,
     judged,
     observations,
+    summary_markdown,
     validation_cell,
 )
 from bench.train.models import build_model
@@ -146,3 +147,8 @@ def test_a_row_is_right_only_when_both_its_sides_are(tmp_path: Path):
     path.write_text("\n".join(lines) + "\n")
     rows = judged(path).set_index("model")
     assert rows.both_right.to_dict() == {"a": True, "b": False, "c": False, "d": True}
+    # A workspace held at the peak (1 GiB more on every side) puts b's OOM over the line; a's fit still fits.
+    held = judged(path, extra_bytes=gib).set_index("model")
+    assert held.both_right.to_dict() == {"a": True, "b": True, "c": False, "d": True}
+    summary = summary_markdown(path)
+    assert "| contiguous | 4 | 50% | 50% of 2 |" in summary and "| 1024 MiB | 2 of 2 | 3 of 4 | 75.0% |" in summary
