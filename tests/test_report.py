@@ -23,7 +23,8 @@ from bench.report.charts import (
 )
 from bench.report.rows import context_of, load_rows
 from bench.report.input_pipeline import input_table
-from bench.report.tables import accumulation_cost, data_parallel
+from bench.report.tables import accumulation_cost, data_parallel, run_to_run
+from bench.results.read import read_runs
 from bench.results.store import RunsFile
 from bench.units import GIB
 
@@ -233,4 +234,26 @@ def test_the_data_parallel_and_input_tables_carry_each_rows_timing_flags():
         "host_rss_main_bytes": [None, GIB], "host_rss_workers_bytes": [None, GIB], "pinned_peak_bytes": [None, 0.0]})
     assert data_parallel(rows)["flags"].tolist() == ["", "NOISY LOADED"]
     assert input_table(rows)["flags"].tolist() == ["NOISY LOADED"]
+
+
+def _measured_at(rate: float, started: str) -> dict:
+    """The fixture's 8x1 cell measured at `rate` samples/s, its median's 95 % interval +-2 %."""
+    step_ms = 1e3 * 8 / rate
+    return _row(8, 1) | {"samples_per_s": rate, "step_time_median_ms": step_ms, "started_utc": started,
+                         "step_time_ci95_low_ms": 0.98 * step_ms, "step_time_ci95_high_ms": 1.02 * step_ms}
+
+
+@pytest.mark.parametrize("rerun_rate, disagree", [(150.0, "yes: beyond their spreads"), (201.0, "no")])
+def test_a_cell_measured_twice_keeps_both_rows_and_says_whether_they_disagree_beyond_their_spreads(
+        tmp_path, rerun_rate, disagree):
+    """Run-to-run drift is shown, not averaged away: both measurements, each with its own interval, the spread
+    between them, and whether it exceeds what each run's own steps show."""
+    runs = RunsFile(tmp_path / "runs.csv")
+    runs.write(_measured_at(200.0, "2026-12-01T10:00:00+00:00"))
+    runs.write(_measured_at(rerun_rate, "2026-12-02T10:00:00+00:00"))  # a rerun (--force) appends
+    assert len(read_runs(tmp_path / "runs.csv")) == 1  # the tables read the last
+    table = run_to_run(read_runs(tmp_path / "runs.csv", every_row=True))
+    assert table["samples/s"].tolist() == [200.0, rerun_rate]
+    assert set(table["runs disagree"]) == {disagree}
+    assert table["between runs (slowest / fastest)"].iloc[0] == round(min(200, rerun_rate) / max(200, rerun_rate), 3)
 

@@ -24,6 +24,7 @@ from bench.report.tables import (
     data_parallel,
     estimate_vs_measured,
     predicted_accumulation_cost,
+    run_to_run,
 )
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs
@@ -62,7 +63,7 @@ def build_report(folder: Path) -> list[Path]:
     if not accuracy.empty:
         written.append(_write(folder / "estimate_vs_measured.csv", accuracy.to_csv(index=False)))
     predicted = predicted_accumulation_cost(estimates) if context.profile == "cpu" else pd.DataFrame()
-    beside = _predicted_beside_measured(folder, rows)
+    beside = _predicted_beside_measured(folder, rows) + _run_to_run(folder)
     written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy, predicted,
                                                              beside, estimates)))
     return written
@@ -88,6 +89,20 @@ def _predicted_beside_measured(folder: Path, rows: pd.DataFrame) -> list[str]:
             "../predicted .` gives every figure.", "",
             *(f"- {line}" for line in prediction_summary(comparison)), "",
             markdown_table(pd.DataFrame(predicted_beside_measured(comparison))), ""]
+
+
+def _run_to_run(folder: Path) -> list[str]:
+    """The report's section on cells measured more than once: the spread between measurements beside each one's own
+    (`run_to_run`); empty when every cell was measured once."""
+    table = run_to_run(read_runs(Path(folder) / "runs.csv", every_row=True))
+    if table.empty:
+        return []
+    disagree = table[table["runs disagree"].str.startswith("yes")].cell.nunique()
+    return ["## Run to run", "",
+            f"{table.cell.nunique()} cells were measured more than once in this folder (every measurement stays in "
+            f"runs.csv; the other tables show the last); in {disagree} of them the measurements disagree beyond "
+            "their own 95 % intervals, so their figures vary from run to run by more than one run's spread shows.",
+            "", markdown_table(table), ""]
 
 
 def sibling_estimates(folder: Path) -> pd.DataFrame:

@@ -259,3 +259,29 @@ def cpu_profile_banner(rows: pd.DataFrame) -> str:
             "with the CPU model and its load). What these rows do show: what is allocated when inside a step, "
             "what each optimizer keeps, how the step scales with K. The question the study asks, at the grid's "
             "real size on a GPU, is answered below by the memory estimator (predicted, no device ran it).")
+
+
+def run_to_run(every_row: pd.DataFrame) -> pd.DataFrame:
+    """One line per measurement of a cell measured ok more than once (`bench run --force`, a rerun into the same
+    folder): its samples/s with the interval its own steps give (the 95 % interval of the median step), the spread
+    between the cell's measurements (slowest over fastest), and whether they disagree beyond their own spreads
+    (their intervals do not overlap): a figure such measurements give is not one number, whichever row the other
+    tables show (the last)."""
+    ok = every_row[every_row.status == "ok"]
+    repeated = ok[ok.cell_id.duplicated(keep=False)]
+    lines = []
+    for cell_id, runs in repeated.groupby("cell_id", sort=True):
+        speed = runs.samples_per_s.astype(float)
+        # samples/s is the effective batch over the median step: its interval is the step interval's, inverted
+        low = speed * runs.step_time_median_ms / runs.step_time_ci95_high_ms
+        high = speed * runs.step_time_median_ms / runs.step_time_ci95_low_ms
+        disagree = bool(low.max() > high.min()) if low.notna().all() and high.notna().all() else None
+        for (_, run), lo, hi in zip(runs.iterrows(), low, high):
+            lines.append({"cell": cell_id, "started (UTC)": run.started_utc,
+                          "samples/s": round(float(run.samples_per_s), 2),
+                          "own 95 % interval": "" if pd.isna(lo) else f"{lo:.2f} to {hi:.2f}",
+                          "between runs (slowest / fastest)": round(float(speed.min() / speed.max()), 3),
+                          "runs disagree": {True: "yes: beyond their spreads", False: "no", None: "unknown"}[disagree],
+                          "flags": timing_flags(run)})
+    return pd.DataFrame(lines)
+

@@ -55,8 +55,9 @@ class RunsText:
     """Bytes after the last newline: an interrupted append, not read as a row."""
 
 
-def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
-    """The file's rows as the text it holds, each checked against `columns`; never modifies the file.
+def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bool = False) -> RunsText:
+    """The file's rows as the text it holds, each checked against `columns`; never modifies the file. A cell measured
+    again has its last row only, unless `every_row` (each measurement, in the order they were appended).
 
     A file written by an earlier version (its columns a subset of today's) reads with the new
     columns filled in: axes added later at their default (that is what ran), others empty.
@@ -98,6 +99,7 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
         filler = {name: cell_text(extra_axis_defaults().get(name)) for name in columns if name not in header}
         key = [name for name in ("cell_id", "gpu") if name in header]  # a predictions file: a row per cell and GPU
         seen: dict[tuple[str, ...], dict[str, str]] = {}
+        every: list[dict[str, str]] = []
         for fields in reader:
             if not fields:  # a blank line holds nothing
                 continue
@@ -111,7 +113,8 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS) -> RunsText:
             # A cell measured again (--force, --retry-failed) is appended: its last row stands, where the last is.
             seen.pop(name, None)
             seen[name] = {**filler, **row}
-        rows = list(seen.values())
+            every.append(seen[name])
+        rows = every if every_row else list(seen.values())
     except csv.Error as exc:
         raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); {SET_ASIDE_HINT}") from None
     return RunsText(header, rows, data[cut:])
@@ -197,8 +200,9 @@ def _whole_number(column: Column) -> str:
     return f"a whole number from {column.minimum:,} to {column.maximum:,}"
 
 
-def read_runs(path: Path, columns: dict[str, Column] = COLUMNS) -> pd.DataFrame:
-    """The rows of a runs file, one column per schema column, typed (an empty frame if there is no file).
+def read_runs(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bool = False) -> pd.DataFrame:
+    """The rows of a runs file, one column per schema column, typed (an empty frame if there is no file): a cell's
+    last row, or with `every_row` each of its measurements (`read_text`).
 
     Example:
         >>> rows = read_runs(Path("results/resnet50/cpu-amd-epyc-f25m17-avx512bf16-2c/runs.csv"))
@@ -206,7 +210,7 @@ def read_runs(path: Path, columns: dict[str, Column] = COLUMNS) -> pd.DataFrame:
         (Int64Dtype(), BooleanDtype, 'none')
     """
     path = Path(path)
-    text = read_text(path, columns)
+    text = read_text(path, columns, every_row=every_row)
     missing = [name for name in REQUIRED_COLUMNS if name in columns and path.exists() and name not in text.header]
     if missing:
         raise ResultsFileError(f"{path}: missing columns {', '.join(missing)}; a runs.csv written by `bench run` "
