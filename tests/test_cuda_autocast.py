@@ -17,6 +17,7 @@ from bench.memory.validate import (
     COLUMNS,
     RTX3090_CAPABILITY,
     RTX3090_MEMORY_GIB,
+    agreement,
     failed_batch,
     judged,
     observations,
@@ -152,3 +153,23 @@ def test_a_row_is_right_only_when_both_its_sides_are(tmp_path: Path):
     assert held.both_right.to_dict() == {"a": True, "b": True, "c": False, "d": True}
     summary = summary_markdown(path)
     assert "| contiguous | 4 | 50% | 50% of 2 |" in summary and "| 1024 MiB | 2 of 2 | 3 of 4 | 75.0% |" in summary
+
+
+def test_every_answer_quotes_its_models_family_or_says_it_has_no_public_row(tmp_path: Path):
+    gib = 2**30
+    path = tmp_path / "rows.csv"
+    lines = [",".join(COLUMNS)]
+    for model, side, predicted in (("resnet50", "fit", 20.0), ("resnet50", "oom", 23.0),  # right
+                                   ("resnet101", "fit", 20.0), ("resnet101", "oom", 21.0),  # OOM missed
+                                   ("vit_small", "fit", 3.0)):
+        row = dict.fromkeys(COLUMNS, "") | {"model": model, "memory_format": "contiguous", "image_size": 224,
+                                            "side": side, "batch_size": 32, "observed": side, "status": "estimated",
+                                            "predicted_reserved_bytes": int(predicted * gib)}
+        lines.append(",".join(str(row[c]) for c in COLUMNS))
+    path.write_text("\n".join(lines) + "\n")
+    resnet = agreement(rows_file=path, model="resnet152d")
+    assert (resnet.family, resnet.family_rows, resnet.family_both_right_pct) == ("resnet", 2, 50.0)
+    assert "family 'resnet': both sides right on 50.0 % of 2 rows" in resnet.describe()
+    own = agreement(rows_file=path, model="mine.py:build")  # a model of the user's own: no family among the rows
+    assert own.family_rows == 0 and "no public row" in own.describe()
+

@@ -116,3 +116,14 @@ def test_plan_and_cost_defaults_come_from_the_dataclasses_that_own_them(monkeypa
     # The API leaves them to the same dataclasses.
     plan = bench.plan(model="test_resnet", effective_batch=16, image_size=32, predict="never")
     assert plan.assumptions == Assumptions() and plan.request.workload == Workload()
+
+
+def test_a_plan_states_how_often_the_estimators_fit_answer_was_right_for_its_models_family(capfd):
+    assert main([*ARGS, "--format", "json"]) == 0
+    said = json.loads(capfd.readouterr().out)["estimator_agreement"]
+    # test_resnet is of timm's test family, which timm's public RTX 3090 table has no row of: the answer says so
+    assert said["family"] == "test" and said["family_rows"] == 0 and "no public row" in said["text"]
+    assert said["rows"] > 250 and said["headroom"] == 0.10
+    assert main(ARGS) == 0
+    assert "memory answers: estimator vs public fit/OOM rows" in capfd.readouterr().out
+

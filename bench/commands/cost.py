@@ -164,10 +164,18 @@ def plan_run(args: argparse.Namespace) -> int:
         loader = _loader_costs(args, folders)
     if args.launch_spec:
         _write_launch_spec(plan, args, image_size)
+    from bench.memory.validate import agreement, agreement_text
+
+    # How often the estimator's fit / does-not-fit answer, which every predicted option's memory rests on, was right
+    memory_agreement = agreement(plan.assumptions.headroom, model=model)
     if args.format == "json":
-        emit("plan", plan_document(plan, described, args.top, loader[0]))
+        emit("plan", plan_document(plan, described, args.top, loader[0], memory_agreement))
     else:
+        from bench.cost.outputs import wrapped
+
         print(plan_text(plan, described, args.top, *loader, wide=args.wide, width=_text_width()))
+        said = f"memory answers: {agreement_text(memory_agreement)}"
+        print(said if args.wide else "\n".join(wrapped(said, width=_text_width())))
     return 0 if plan.options else 1
 
 

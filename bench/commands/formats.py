@@ -216,8 +216,10 @@ def cost_document(folder, table, catalog: str, loader_costs, written) -> dict[st
             "written": written}
 
 
-def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
-    """`bench plan`: the request, what was left out, the ranked options (the first `top`) and why the winner wins."""
+def plan_document(plan, catalog: str, top: int, loader_costs, agreement=None) -> dict[str, Any]:
+    """`bench plan`: the request, what was left out, the ranked options (the first `top`), why the winner wins and
+    the estimator's measured agreement with public fit/OOM rows (`agreement`, as `bench probe` gives it)."""
+    from dataclasses import asdict
     from datetime import date as day
 
     from bench.cost.catalog import stale_note
@@ -237,7 +239,8 @@ def plan_document(plan, catalog: str, top: int, loader_costs) -> dict[str, Any]:
                                                      strategy=" ".join(filter(None, (option.line.row.strategy,
                                                                                      option.variant))))}
                         for frame_row, option in zip(plan.frame_rows()[:top], plan.options)],
-            "reason": plan.reason}
+            "reason": plan.reason,
+            "estimator_agreement": None if agreement is None else {**asdict(agreement), "text": agreement.describe()}}
 
 
 def claims_document(findings, written) -> dict[str, Any]:

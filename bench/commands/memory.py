@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 from bench.commands.common import (
@@ -60,11 +61,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_format_option(probe)
 
 
-def _said(agreement) -> str:
-    return agreement.describe() if agreement else ("estimator vs public fit/OOM rows: not known here (the "
-                                                   "repository's results/estimate_validation/ is not installed)")
-
-
 def add_axis_options(probe: argparse.ArgumentParser) -> None:
     """One option per axis the probe takes (`bench.grid.cell.probe_options`), typed as the grid's."""
     for name, default in probe_options().items():
@@ -88,6 +84,7 @@ def estimate_grids(args: argparse.Namespace) -> int:
         describe_estimate,
         estimate_grid,
     )
+    from bench.memory.validate import agreement, agreement_text
     from bench.report.console import steps
     from bench.report.estimate_chart import write_estimate_chart
 
@@ -109,8 +106,14 @@ def estimate_grids(args: argparse.Namespace) -> int:
             else:  # nothing to draw: every cell's error is on its line above
                 chart = None
                 step.say(f"  wrote {path}; no cell could be estimated, so no chart")
+            agreements = {model: agreement(model=model) for model in dict.fromkeys(cell.model for cell in grid.cells)}
+            for model, measured in agreements.items():  # how far such a fit / does-not-fit answer has been right
+                step.say(f"  {model}: {agreement_text(measured)}")
             answers.append({"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": path,
-                            "chart": chart, "rows": rows})
+                            "chart": chart, "rows": rows,
+                            "estimator_agreement": {model: None if measured is None else
+                                                    {**asdict(measured), "text": measured.describe()}
+                                                    for model, measured in agreements.items()}})
     if args.format == "json":
         emit("estimate", {"grids": answers})
     return 0
@@ -151,12 +154,13 @@ def probe_model(args: argparse.Namespace) -> int:
             results.append(probe_from_estimate(config, budget, on_trial=show, peaks=peaks)
                            if budget.device is None else
                            probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))
-    from bench.memory.validate import agreement
+    from bench.memory.validate import agreement, agreement_text
 
-    agreements = {headroom: agreement(headroom) for headroom in {budget.headroom for budget in budgets}}
+    agreements = {headroom: agreement(headroom, model=args.model)
+                  for headroom in {budget.headroom for budget in budgets}}
     if args.format == "json":
         emit("probe", probe_document(config, list(zip(budgets, results)), agreements, sources))
     else:
-        print("\n\n".join(describe_probe(config, budget, result, _said(agreements[budget.headroom]))
+        print("\n\n".join(describe_probe(config, budget, result, agreement_text(agreements[budget.headroom]))
                             for budget, result in zip(budgets, results)))
     return 0 if all((result.found or result.predicted).largest > 0 for result in results) else 1

@@ -23,6 +23,7 @@ import pandas as pd
 from timm.utils import decay_batch_step
 
 from bench.grid.cell import Cell
+from bench.grid.model_ref import kind_of
 from bench.memory.estimate import FakeModels, estimate_cell
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 
@@ -225,17 +226,31 @@ class Agreement:
     headroom: float
     source: str
     """The rows file, relative to the repository."""
+    family: str | None = None
+    """The asked model's family (`family`; a model not from timm stands for itself), when a model was named."""
+    family_rows: int = 0
+    """Reference rows of that family judged (0: the family has no public row)."""
+    family_both_right_pct: float | None = None
 
     def describe(self) -> str:
-        """`estimator vs public fit/OOM rows: both sides right on 95.3 % of 258 timm RTX 3090 rows ...`."""
-        return (f"estimator vs public fit/OOM rows: both sides right on {self.both_right_pct:.1f} % of {self.rows} "
+        """`estimator vs public fit/OOM rows: both sides right on 95.3 % of 258 timm RTX 3090 rows ...`, then the
+        model's family's own figure, or that it has no public row."""
+        text = (f"estimator vs public fit/OOM rows: both sides right on {self.both_right_pct:.1f} % of {self.rows} "
                 f"timm RTX 3090 AMP rows (fits right {self.fit_right_pct:.1f} %, OOMs right {self.oom_right_pct:.1f} "
                 f"% of {self.oom_sides}) at {self.headroom:.0%} headroom; {self.source}, docs/estimator.md")
+        if self.family is None:
+            return text
+        if not self.family_rows:
+            return f"{text}; family {self.family!r}: no public row (the overall figure is all there is)"
+        return (f"{text}; family {self.family!r}: both sides right on {self.family_both_right_pct:.1f} % of "
+                f"{self.family_rows} rows")
 
 
-def agreement(headroom: float = DEFAULT_HEADROOM, rows_file: Path = VALIDATION_ROWS) -> Agreement | None:
+def agreement(headroom: float = DEFAULT_HEADROOM, rows_file: Path = VALIDATION_ROWS, *,
+              model: str | None = None) -> Agreement | None:
     """The estimator's measured agreement with the public fit/OOM rows, judged at `headroom` from the committed
-    sides (None when the package runs without its repository's results)."""
+    sides, with `model`'s family's own share when a model is named (None when the package runs without its
+    repository's results)."""
     if not rows_file.is_file():
         return None
     rows = judged(rows_file, headroom)
@@ -244,9 +259,20 @@ def agreement(headroom: float = DEFAULT_HEADROOM, rows_file: Path = VALIDATION_R
         source = str(rows_file.relative_to(VALIDATION_ROWS.parents[2]))
     except ValueError:
         source = str(rows_file)
+    timm_name = model.removeprefix("hf-hub:timm/") if model else None
+    # A model of the user's own (a file, a module, another hub org) has no family among timm's public rows.
+    name = None if model is None else family(timm_name) if kind_of(timm_name) == "timm" else model
+    own = rows[rows.family == name] if name is not None else rows.iloc[:0]
     return Agreement(rows=len(rows), both_right_pct=100 * rows.both_right.mean(),
                      fit_right_pct=100 * rows.fit_right.astype(bool).mean(), oom_sides=len(oom),
-                     oom_right_pct=100 * oom.mean(), headroom=headroom, source=source)
+                     oom_right_pct=100 * oom.mean(), headroom=headroom, source=source, family=name,
+                     family_rows=len(own), family_both_right_pct=100 * own.both_right.mean() if len(own) else None)
+
+
+def agreement_text(found: Agreement | None) -> str:
+    """`found` in words, or that it is not known where the package runs without its repository's results."""
+    return found.describe() if found else ("estimator vs public fit/OOM rows: not known here (the repository's "
+                                           "results/estimate_validation/ is not installed)")
 
 
 def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str:
@@ -280,7 +306,8 @@ def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str
     grouped = rows.assign(family=rows.family.where(rows.family.map(counts) >= 5, "other"))
     for name, group in sorted(grouped.groupby("family"), key=lambda item: -len(item[1])):
         lines.append(f"| {name} | {len(group)} | {group.both_right.mean():.0%} |")
-    lines += ["", "Per memory format:", "", "| memory format | rows | both right | OOM side right |", "|---|---|---|---|"]
+    lines += ["", "Per memory format:", "", "| memory format | rows | both right | OOM side right |",
+              "|---|---|---|---|"]
     for name, group in rows.groupby("memory_format"):
         oom = group.oom_right[group.has_oom].astype(bool)
         lines.append(f"| {name} | {len(group)} | {group.both_right.mean():.0%} | "
