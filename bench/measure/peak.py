@@ -26,7 +26,11 @@ from bench.measure.timing import best_time_s
 
 PEAKS_FOLDER = "peaks"
 CPU_MATRIX_SIDE = {"fp32": 2048, "bf16": 2048, "fp16": 512}
-"""Large enough to keep every core busy; fp16 smaller, as CPUs run it emulated and slowly."""
+"""The largest side measured: enough to keep every core busy. A precision the CPU runs slowly stops at a smaller
+side (`cpu_matrix_side`): fp16 is emulated on CPUs, and bf16 without AVX512-BF16 or AMX runs a generic loop
+(about 1 GFLOP/s per thread on an AVX2 EPYC, torch 2.14: 10-20 s for one 2048 x 2048 matmul)."""
+CPU_CALL_S = 0.5
+"""At most this long for one matmul of the side measured (`cpu_matrix_side`)."""
 CPU_ROUNDS = 5
 CPU_SECONDS_PER_ROUND = 1.0
 STORED_COLUMNS = ("device_tag", "device_name", "threads", "precision", "flops_per_s", "matrix_side", "rounds",
@@ -84,6 +88,26 @@ def quiet_peak(row: dict, device: DeviceInfo) -> bool:
     return recorded != "" and not loaded(float(recorded), device.threads)
 
 
+def cpu_matrix_side(precision: str) -> int:
+    """The side the CPU's peak is measured at: from 256, doubled while one matmul of the doubled side (8 times the
+    work) would stay under `CPU_CALL_S`, up to `CPU_MATRIX_SIDE`.
+
+    >>> 256 <= cpu_matrix_side("fp32") <= CPU_MATRIX_SIDE["fp32"]
+    True
+    """
+    dtype = _MATMUL_DTYPES[precision]
+    side = 256
+    while side < CPU_MATRIX_SIDE[precision]:
+        a = torch.randn(side, side).to(dtype)
+        torch.matmul(a, a)  # kernel selection and thread start-up
+        began = time.perf_counter()
+        torch.matmul(a, a)
+        if 8 * (time.perf_counter() - began) >= CPU_CALL_S:
+            break
+        side *= 2
+    return side
+
+
 def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: Path) -> dict[str, dict]:
     """Measure the CPU's matmul peak for `precisions` and store it (replacing earlier rows for them)."""
     path = peaks_file(device, results_root)
@@ -93,11 +117,12 @@ def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: P
     for precision in precisions:
         wait_for_quiet(device.threads, PEAK_QUIET_WAIT_S)
         before = read_load()
-        flops = max(measure_matmul_peak(precision, torch.device("cpu"), CPU_MATRIX_SIDE[precision],
-                                        CPU_SECONDS_PER_ROUND)[0] for _ in range(CPU_ROUNDS))
+        side = cpu_matrix_side(precision)
+        flops = max(measure_matmul_peak(precision, torch.device("cpu"), side, CPU_SECONDS_PER_ROUND)[0]
+                    for _ in range(CPU_ROUNDS))
         foreign = foreign_load_cores(before, read_load())
         fresh[precision] = {"device_tag": device.tag, "device_name": device.name, "threads": device.threads,
-                            "precision": precision, "flops_per_s": flops, "matrix_side": CPU_MATRIX_SIDE[precision],
+                            "precision": precision, "flops_per_s": flops, "matrix_side": side,
                             "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
                             "measured_utc": measured_utc, "torch_version": torch.__version__,
                             "foreign_load_cores": "" if foreign is None else round(foreign, 3)}
