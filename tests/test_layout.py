@@ -31,22 +31,14 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
-    """The nodes under `if TYPE_CHECKING:`: annotations only, never imported when the program runs."""
-    return {inner for node in ast.walk(tree) if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
-            for inner in ast.walk(node)}
-
-
 def _imports(path: Path) -> set[str]:
-    """The bench modules `path` imports when it runs: at the top, inside functions, `from bench.x import module`,
-    and by name in a string (`"bench.run.ddp_rank"` started with -m, a module the fork server preloads)."""
+    """The bench modules `path` imports: at the top, inside functions, under `if TYPE_CHECKING:` (a type names the
+    module it comes from), `from bench.x import module`, and by name in a string (`"bench.run.ddp_rank"` started
+    with -m, a module the fork server preloads)."""
     modules = _modules()
     tree = ast.parse(path.read_text())
-    skipped = _type_checking_only(tree)
     found = set()
     for node in ast.walk(tree):
-        if node in skipped:
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bench."):
             found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
                       for alias in node.names}

@@ -203,7 +203,7 @@ def cost_document(folder, table, catalog: str, loader_costs, written) -> dict[st
     from datetime import date as day
 
     from bench.cost.catalog import stale_note
-    from bench.cost.records import record
+    from bench.cost.price import record
 
     return {"folder": folder, "catalog": catalog, "ok_rows": len({line.row.cell_id for line in table.lines}
                                                                  | {r.row.cell_id for r in table.refused}),
@@ -223,7 +223,7 @@ def plan_document(plan, catalog: str, top: int, loader_costs, agreement=None) ->
     from datetime import date as day
 
     from bench.cost.catalog import stale_note
-    from bench.cost.records import record
+    from bench.cost.price import record
 
     request = plan.request
     return {"request": {"model": request.model, "effective_batch": request.effective_batch,

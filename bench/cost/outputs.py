@@ -24,8 +24,7 @@ from bench.cost.feeding import (
     no_loader_rows,
 )
 from bench.cost.plan import Option, Plan
-from bench.cost.price import Assumptions, CostLine, CostTable, MeasuredRow, Workload
-from bench.cost.records import COLUMNS, line_feeding, record
+from bench.cost.price import COLUMNS, Assumptions, CostLine, CostTable, MeasuredRow, Workload, line_feeding, record
 from bench.errors import ResultsFileError
 from bench.results.markdown import markdown_table
 from bench.results.read import file_schema, read_runs, records
