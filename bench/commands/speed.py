@@ -260,9 +260,16 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
 
 
 def _trace_reference() -> int:
-    from bench.speed.reference import OPS_FILE, REFERENCE_FOLDER, reference_rows, trace_reference, write_reference_ops
+    from bench.speed.reference import (
+        OPS_FILE,
+        REFERENCE_FOLDER,
+        lambda_rows,
+        reference_rows,
+        trace_reference,
+        write_reference_ops,
+    )
 
-    rows = reference_rows()
+    rows = reference_rows() + lambda_rows()  # the fit's rows, and the unseen-GPU check's
     print(f"tracing the configurations of {len(rows)} reference rows (channels-last; contiguous derived)")
     tables = trace_reference(rows, lambda row, outcome: print(f"  {row.trace}: {outcome}", flush=True))
     path = DATA / REFERENCE_FOLDER / OPS_FILE

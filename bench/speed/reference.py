@@ -9,6 +9,9 @@ Three sources, copied into `bench/data/reference/` with their provenance (README
   training rows ran with a real data loader (DALI): an input-bound row reads slower than the model.
 - timm's inference benchmark (AMP fp16, PyTorch 2.4 and 2.9, fused attention) on the RTX 3090 and 4090:
   4 models per family (`timm_infer_sample.csv`), traced forward-only through the same recorder.
+- Lambda's PyTorch training benchmark on H100, H200 and B200 (`lambda_v2_train.csv`): its one-GPU BERT rows,
+  traced through a ViT of BERT's shapes (`STANDINS`). Not fitted: `lambda_rows` is the held-out check of GPUs
+  the fit has no row of (`bench.speed.unseen_gpus`).
 
 Only the channels-last trace of a configuration is recorded: its contiguous row is the same ops with the
 convolutions' inputs marked not channels-last. fp16 and bf16 share a trace, tf32 and fp32 share one (the
@@ -32,6 +35,7 @@ import timm
 import torch
 
 from bench.grid.cell import Cell
+from bench.measure.hardware import gpu_keys
 from bench.memory.estimate import FakeModels
 from bench.speed.ops import OpRecorder
 from bench.speed.trace import DTYPES, OP_CLASSES, OpTable, trace_step_ops
@@ -42,6 +46,7 @@ REFERENCE_FOLDER = "reference"
 MEASUREMENTS_FILE = "timm_rtx3090_train_amp.csv"
 DLE_FILE = "dle_convnets_perf.csv"
 INFER_FILE = "timm_infer_sample.csv"
+LAMBDA_FILE = "lambda_v2_train.csv"
 OPS_FILE = "reference_ops.csv.gz"
 PER_FAMILY = 6
 
@@ -70,6 +75,38 @@ DLE_DOUBTS = ("SUSPECT", "old_stack_APEX_AMP_NCHW", "Throughput_Avg_differs")
 stack with no stated batch, a throughput that disagrees with its own latency. Left out of the fit."""
 INFER_GPUS = {"RTX 3090": "RTX-3090", "RTX 4090": "RTX-4090"}
 """The RTX 5090 and RTX PRO 6000 rows are left out: no dense tensor peak of theirs has a source."""
+LAMBDA_DOUBTS = ("BERT_STEPS_SHORT", "BACKUP_FOLDER")
+"""Flags of Lambda rows left out: a run that stopped before the steps its figure counts, a scratch folder of mixed
+containers (the folder's README)."""
+
+
+@dataclass(frozen=True)
+class Standin:
+    """A timm model built to the shapes of a model timm does not have: what its rows are traced through."""
+
+    timm_model: str
+    model_kwargs: str
+    """The factory's keyword arguments, JSON."""
+    sequence: int
+    """Tokens per sample: the input is one row of `sequence` 16 x 16 patches."""
+    num_classes: int
+    why: str
+
+
+_BERT_KWARGS = ('{"class_token": false, "global_pool": "avg", "drop_rate": 0.1, "proj_drop_rate": 0.1, '
+                '"attn_drop_rate": 0.1, "img_size": [16, 6144]}')
+STANDINS = {
+    "bert_base_squad": Standin("vit_base_patch16_224", _BERT_KWARGS, 384, 2,
+                               "BERT-base's encoder: 12 layers, width 768, 12 heads, MLP 3072, dropout 0.1; 384 "
+                               "tokens (SQuAD's sequence) as 384 patches, no class token"),
+    "bert_large_squad": Standin("vit_large_patch16_224", _BERT_KWARGS, 384, 2,
+                                "BERT-large's encoder: 24 layers, width 1024, 16 heads, MLP 4096, dropout 0.1; 384 "
+                                "tokens as 384 patches, no class token"),
+}
+"""Lambda's BERT SQuAD fine-tuning as a ViT of the same encoder shapes. Left different: the patch embedding (a
+16 x 16 convolution, under 1 % of the FLOPs) stands for BERT's token embedding lookup, pre-norm for BERT's
+post-norm (the same ops), a 2-way pooled head for SQuAD's per-token start/end logits; the optimizer is the
+runner's AdamW (BERT's fp16 path uses apex's fused Adam, its fp32 path an unfused one)."""
 
 
 @dataclass(frozen=True)
@@ -87,23 +124,31 @@ class ReferenceRow:
     samples_per_s: float
     batch_size: int
     image_size: int
+    """Pixels; tokens for a model traced through a stand-in (`STANDINS`)."""
     family: str
     attention: str = "eager"
+    stack: str = ""
+    """The software the row ran on, where the source names it per row (Lambda's NGC container)."""
 
     @property
     def trace(self) -> str:
         """The row's key in the ops file: `train:resnet34:224px:b256:half:eager:channels_last`."""
         kind = "half" if self.precision in ("fp16", "bf16") else "float"
-        return (f"{self.mode}:{self.model}:{self.image_size}px:b{self.batch_size}:{kind}:{self.attention}:"
-                f"{self.memory_format}")
+        size = f"{self.image_size}tok" if self.model in STANDINS else f"{self.image_size}px"
+        return f"{self.mode}:{self.model}:{size}:b{self.batch_size}:{kind}:{self.attention}:{self.memory_format}"
 
     def cell(self) -> Cell:
         """The cell that reproduces the row's conditions (one optimizer step, no accumulation)."""
-        return Cell(experiment="reference", profile="cuda", model=self.model, image_size=self.image_size,
+        cell = Cell(experiment="reference", profile="cuda", model=self.model, image_size=self.image_size,
                     micro_batch=self.batch_size, accum_steps=1,
                     precision="fp16" if self.precision in ("fp16", "bf16") else "fp32", checkpointing="off",
                     optimizer="sgd", channels_last=self.memory_format == "channels_last", warmup_steps=1,
                     measured_steps=1, attention=self.attention)
+        standin = STANDINS.get(self.model)
+        if standin is None:
+            return cell
+        return replace(cell, model=standin.timm_model, model_kwargs=standin.model_kwargs, image_size=16,
+                       image_width=16 * standin.sequence, num_classes=standin.num_classes, optimizer="adamw")
 
 
 def family_of(model: str) -> str | None:
@@ -159,6 +204,18 @@ def timm_infer_rows() -> list[ReferenceRow]:
                          "channels_last" if row["memory_format"] == "nhwc" else "contiguous",
                          float(row["samples_per_s"]), int(row["batch_size"]), int(row["img_size"]),
                          family_of(row["model"]), "sdpa") for row in _read(INFER_FILE)]
+
+
+def lambda_rows() -> list[ReferenceRow]:
+    """Lambda's one-GPU BERT training rows of catalog GPUs without a doubt flag, one per system as published
+    (sequences/s per GPU)."""
+    known = set(gpu_keys())
+    return [ReferenceRow("lambda-train", row["gpu"], "train", row["precision"], row["model"], "contiguous",
+                         float(row["throughput_per_gpu"]), int(row["batch_per_gpu"]), STANDINS[row["model"]].sequence,
+                         "bert", stack=row["container"])
+            for row in _read(LAMBDA_FILE)
+            if row["model"] in STANDINS and row["gpus"] == "1" and row["gpu"] in known
+            and not any(f"[{doubt}]" in row["notes"] for doubt in LAMBDA_DOUBTS)]
 
 
 def select_rows(rows: list[ReferenceRow], per_family: int = PER_FAMILY) -> list[ReferenceRow]:
