@@ -113,7 +113,8 @@ predict-fit: install
 predict-validate: install
 	$(BIN)/bench predict --validate
 
-# The throughput model's targets table (issue #36): from the committed held-out predictions, no fit, no timing
+# The throughput model's targets table (issue #36) and its Hopper/Blackwell rows held out -> docs/speed/{targets,hopper_blackwell}.md:
+# from the committed held-out predictions (docs/speed/validation.csv), no fit, no timing
 bench-speed: install
 	$(BIN)/python scripts/speed_targets.py
 

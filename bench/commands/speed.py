@@ -194,7 +194,8 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
              "Every figure here is of rows the fit never saw. The rows (`bench/data/reference/`, sources in its "
              "README): timm's RTX 3090 training benchmark (AMP fp16), NVIDIA DeepLearningExamples training and "
              "inference on A100-40/80GB, V100-16/32GB and T4 (AMP, TF32, FP32; real data loading in its "
-             "training rows), timm's inference benchmark on the RTX 3090 and 4090. "
+             "training rows), timm's inference benchmark on the RTX 3090 and 4090, Lambda's BERT-base and BERT-large "
+             "training on H100 (SXM and PCIe), H200 and B200 (AMP and TF32, traced through a ViT of BERT's shapes). "
              "Error = |predicted / measured - 1|. Written by `bench predict --validate`.", "",
              f"- **Leave-one-GPU-out** (each GPU predicted by a fit without a row of it): median "
              f"**{logo['median_error_pct']} %**, p90 **{logo['p90_error_pct']} %** over {logo['rows']} rows "
@@ -210,7 +211,7 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
              "each training row once predicted by a fit without its GPU and once by a fit without its source, "
              "pooled, in the narrowest slice that matches (kind of GPU and op mix, then kind of GPU, then all; a "
              f"slice needs {BAND_MIN_ROWS} residuals of {BAND_MIN_GPUS} GPUs). On a GPU whose generation has no "
-             "training row (Turing, Ada, Hopper, Blackwell here) each end is widened to the "
+             "training row (Turing and Ada here) each end is widened to the "
              f"`{UNSEEN_GENERATION}` slice's where that is wider: training rows predicted by a fit without any "
              "row of their generation. Each line says what its band rests on. Op mix: `matmul` where matmuls "
              "and attention do over half the compute FLOPs, else `grouped-conv` where any grouped or depthwise "
@@ -260,16 +261,9 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
 
 
 def _trace_reference() -> int:
-    from bench.speed.reference import (
-        OPS_FILE,
-        REFERENCE_FOLDER,
-        lambda_rows,
-        reference_rows,
-        trace_reference,
-        write_reference_ops,
-    )
+    from bench.speed.reference import OPS_FILE, REFERENCE_FOLDER, reference_rows, trace_reference, write_reference_ops
 
-    rows = reference_rows() + lambda_rows()  # the fit's rows, and the unseen-GPU check's
+    rows = reference_rows()
     print(f"tracing the configurations of {len(rows)} reference rows (channels-last; contiguous derived)")
     tables = trace_reference(rows, lambda row, outcome: print(f"  {row.trace}: {outcome}", flush=True))
     path = DATA / REFERENCE_FOLDER / OPS_FILE

@@ -18,13 +18,14 @@ from bench.measure.hardware import gpu_spec
 from bench.speed.dispatch import stored_host_dispatch
 from bench.speed.model import _HALF_INDEX as _HALF
 from bench.speed.model import GENERATIONS, KERNEL_US, EntryRates, OpFeatures, gpu_rates, op_features, op_times
-from bench.speed.params import FITTED_GENERATIONS, SpeedParams, load_model_file, params_json
+from bench.speed.params import FITTED_GENERATIONS, SHARED_GENERATIONS, SpeedParams, load_model_file, params_json
 from bench.speed.reference import ReferenceRow, read_reference_ops, reference_rows
 from bench.speed.trace import OpTable
 
 START = SpeedParams(e_matmul=0.7, e_conv=0.6, e_grouped_conv=0.2, e_tf32=0.7, e_fp32=0.7, gen_volta=1.0, gen_turing=1.0, gen_ada=1.0,
+                    gen_hopper=1.0,
                     flops_per_sm_half=1e6, nchw_half_bytes=1.0, e_memory=0.8, bytes_per_sm_half=1e4,
-                    l2_speedup=2.0, simt_per_cycle=16.0, kernel_us=KERNEL_US, host_us=10.0)
+                    l2_speedup=2.0, elements_per_lane_cycle=0.25, kernel_us=KERNEL_US, host_us=10.0)
 """Where the search starts: round figures of the usual order, not a result (`kernel_us` and `host_us` are not
 searched: `HELD_FIXED`)."""
 HELD_FIXED = ("kernel_us", "host_us")
@@ -127,7 +128,8 @@ def fit(data: Dataset, mask: np.ndarray | None = None, start: SpeedParams = STAR
 
     # A generation with no row in the fit has no say in its factor: held at the start's (Ampere's, 1),
     # not left to drift along a flat direction of the search.
-    seen = {GENERATIONS[g] for g in np.unique(data.features.rates.generation[mask[data.row_index]])}
+    seen = {SHARED_GENERATIONS.get(GENERATIONS[g], GENERATIONS[g])
+            for g in np.unique(data.features.rates.generation[mask[data.row_index]])}
     held = {f"gen_{g}" for g in FITTED_GENERATIONS if g not in seen} | set(HELD_FIXED)
     free = np.array([f.name not in held for f in fields(SpeedParams)])
     base = to_search(replace(start, host_us=host_bound_us(data, mask, start.host_us)))

@@ -10,8 +10,9 @@ Each op costs the largest of three times, plus a fixed cost per kernel launched:
   occupancy term (a kernel too small to keep every SM's loads in flight reaches less) and
   `l2_speedup` for an op whose bytes fit in L2. Half-precision NCHW convolutions move
   `nchw_half_bytes` x their bytes more: cuDNN runs them on NHWC tensor-core kernels and transposes.
-- non-tensor work (elementwise, reductions, normalisation, optimizer): output elements /
-  (SMs x boost clock x `simt_per_cycle`).
+- non-tensor work (elementwise, reductions, normalisation, optimizer): output elements / (FP32 lanes x boost
+  clock x `elements_per_lane_cycle`), the lanes read off the datasheet as the FP32 peak / (2 x SMs x clock): 64
+  per SM on V100 and A100, 128 on GA10x, Ada, Hopper and Blackwell.
 
 The GPU's time is the sum over ops, each paying `KERNEL_US` (the launch figure, not fitted); the host issues
 every op (eager PyTorch) at `host_us` each (measured, bounded by the calibration rows: `bench.speed.calibrate`), so
@@ -116,6 +117,7 @@ class GpuRates:
     tf32: bool
     """fp32 compute ops run on TF32 tensor cores (their peak is the TF32 one)."""
     fp32_peak_flops_per_s: float
+    """The FP32 units' peak: fp32 ops without TF32 run there, and it counts the lanes non-tensor work runs on."""
 
 
 def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
@@ -127,7 +129,8 @@ def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
     column = PEAK_COLUMN[precision]
     headline = spec.peak_tflops[column]
     missing = [name for name, value in (
-        (column, headline), ("memory_bandwidth_gb_per_s", spec.memory_bandwidth_gb_per_s),
+        (column, headline), ("fp32_tflops", spec.peak_tflops["fp32_tflops"]),
+        ("memory_bandwidth_gb_per_s", spec.memory_bandwidth_gb_per_s),
         ("sm_count", spec.sm_count), ("boost_clock_mhz", spec.boost_clock_mhz)) if value is None]
     if missing:
         raise NoDatasheetPeak(f"--gpu {spec.gpu}: bench/data/gpus.csv has no {', '.join(missing)} for "
@@ -141,7 +144,7 @@ def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
     l2 = (spec.l2_mib or 0.0) * 2**20
     tf32 = precision != "fp32" and tflops["tf32_tflops"] is not None
     return GpuRates(spec.gpu, peaks, spec.memory_bandwidth_gb_per_s * 1e9, headline * 1e12, spec.sm_count,
-                    spec.boost_clock_mhz * 1e6, l2, spec.generation, tf32, (tflops["fp32_tflops"] or np.nan) * 1e12)
+                    spec.boost_clock_mhz * 1e6, l2, spec.generation, tf32, tflops["fp32_tflops"] * 1e12)
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,8 @@ def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: Spee
     moved = f.bytes_moved * np.where(f.transposed, 1 + params.nchw_half_bytes, 1.0)
     bandwidth = r.bandwidth * min(params.e_memory, 1.0) * np.where(f.in_l2, params.l2_speedup, 1.0)
     memory = np.where(f.launched & (moved > 0), (moved + sms * params.bytes_per_sm_half) / bandwidth, 0.0)
-    non_tensor = np.where(f.non_tensor, f.out_elements / (sms * r.clock_hz * params.simt_per_cycle), 0.0)
+    # FP32 lane-cycles per second = the FP32 peak / 2 (one fused multiply-add, two FLOPs, per lane and cycle).
+    non_tensor = np.where(f.non_tensor, f.out_elements / (r.fp32_peak / 2 * params.elements_per_lane_cycle), 0.0)
     kernel = np.where(f.launched, params.kernel_us * 1e-6, 0.0)
     return OpTimes(tensor * f.count, memory * f.count, non_tensor * f.count, kernel * f.count)
 

@@ -12,9 +12,11 @@ from importlib import resources
 from bench.measure.hardware import GpuSpec, gpu_spec
 
 PARAMS_FILE = "speed_params.json"
-FITTED_GENERATIONS = ("volta", "turing", "ada")
-"""Generations whose tensor-core factor the calibration rows can set (relative to Ampere's, 1). Hopper and
-Blackwell have no public row in the calibration data: they take Ampere's factor, and say so."""
+FITTED_GENERATIONS = ("volta", "turing", "ada", "hopper")
+"""Generations whose tensor-core factor the calibration rows can set (relative to Ampere's, 1)."""
+SHARED_GENERATIONS = {"blackwell": "hopper"}
+"""A generation whose rows are too few to set a factor of its own takes its family's: Blackwell's are one GPU's
+four rows (the B200's), so it shares Hopper's (the datacenter parts after Ampere), and says so."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class SpeedParams:
     """The same on Turing."""
     gen_ada: float
     """The same on Ada."""
+    gen_hopper: float
+    """The same on Hopper, and on Blackwell (`SHARED_GENERATIONS`)."""
     flops_per_sm_half: float
     """FLOPs per SM at which a tensor op reaches half its best efficiency."""
     nchw_half_bytes: float
@@ -47,8 +51,8 @@ class SpeedParams:
     """Bytes per SM at which a memory-bound kernel reaches half its bandwidth (occupancy)."""
     l2_speedup: float
     """Bandwidth multiple for an op whose bytes fit in L2."""
-    simt_per_cycle: float
-    """Output elements per SM per clock cycle of a non-tensor kernel."""
+    elements_per_lane_cycle: float
+    """Output elements of non-tensor work per FP32 lane per clock cycle (lanes: the FP32 peak / 2)."""
     kernel_us: float
     """Fixed GPU time per kernel launched, microseconds."""
     host_us: float
@@ -62,6 +66,7 @@ class SpeedParams:
                 "attention": self.e_matmul}
 
     def generation_factor(self, generation: str) -> float:
+        generation = SHARED_GENERATIONS.get(generation, generation)
         return getattr(self, f"gen_{generation}") if generation in FITTED_GENERATIONS else 1.0
 
     def to_vector(self) -> list[float]:

@@ -9,9 +9,8 @@ Three sources, copied into `bench/data/reference/` with their provenance (README
   training rows ran with a real data loader (DALI): an input-bound row reads slower than the model.
 - timm's inference benchmark (AMP fp16, PyTorch 2.4 and 2.9, fused attention) on the RTX 3090 and 4090:
   4 models per family (`timm_infer_sample.csv`), traced forward-only through the same recorder.
-- Lambda's PyTorch training benchmark on H100, H200 and B200 (`lambda_v2_train.csv`): its one-GPU BERT rows,
-  traced through a ViT of BERT's shapes (`STANDINS`). Not fitted: `lambda_rows` is the held-out check of GPUs
-  the fit has no row of (`bench.speed.unseen_gpus`).
+- Lambda's PyTorch training benchmark on H100, H200 and B200 (`lambda_v2_train.csv`): its one-GPU BERT rows
+  (`lambda_rows`), traced through a ViT of BERT's encoder shapes (`STANDINS`): the only Hopper and Blackwell rows.
 
 Only the channels-last trace of a configuration is recorded: its contiguous row is the same ops with the
 convolutions' inputs marked not channels-last. fp16 and bf16 share a trace, tf32 and fp32 share one (the
@@ -206,7 +205,7 @@ def timm_infer_rows() -> list[ReferenceRow]:
                          family_of(row["model"]), "sdpa") for row in _read(INFER_FILE)]
 
 
-def lambda_rows() -> list[ReferenceRow]:
+def lambda_systems() -> list[ReferenceRow]:
     """Lambda's one-GPU BERT training rows of catalog GPUs without a doubt flag, one per system as published
     (sequences/s per GPU)."""
     known = set(gpu_keys())
@@ -216,6 +215,15 @@ def lambda_rows() -> list[ReferenceRow]:
             for row in _read(LAMBDA_FILE)
             if row["model"] in STANDINS and row["gpus"] == "1" and row["gpu"] in known
             and not any(f"[{doubt}]" in row["notes"] for doubt in LAMBDA_DOUBTS)]
+
+
+def lambda_rows() -> list[ReferenceRow]:
+    """`lambda_systems`, one row per configuration (GPU, model, precision, batch, container): the median of its
+    systems. The 38 H100 hosts that ran the same four configurations are four measurements, not 152."""
+    groups: dict[ReferenceRow, list[float]] = {}
+    for row in lambda_systems():
+        groups.setdefault(replace(row, samples_per_s=0.0), []).append(row.samples_per_s)
+    return [replace(row, samples_per_s=float(np.median(values))) for row, values in groups.items()]
 
 
 def select_rows(rows: list[ReferenceRow], per_family: int = PER_FAMILY) -> list[ReferenceRow]:
@@ -233,8 +241,9 @@ def select_rows(rows: list[ReferenceRow], per_family: int = PER_FAMILY) -> list[
 
 
 def reference_rows() -> list[ReferenceRow]:
-    """Every calibration row: the traced timm training subset, DLE's one-GPU rows, the timm inference sample."""
-    return select_rows(timm_train_rows()) + dle_rows() + timm_infer_rows()
+    """Every calibration row: the traced timm training subset, DLE's one-GPU rows, the timm inference sample,
+    Lambda's one-GPU BERT rows."""
+    return select_rows(timm_train_rows()) + dle_rows() + timm_infer_rows() + lambda_rows()
 
 
 def trace_forward(row: ReferenceRow, models: FakeModels) -> OpTable:

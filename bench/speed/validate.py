@@ -24,12 +24,13 @@ RATIO_GPUS = ("A100-80GB", "A100-40GB", "H100-80GB", "H200", "B200", "RTX-3090",
 RATIO_CELLS = (("resnet50", 256), ("vit_base_patch16_224", 128))
 """Cross-GPU ratios: the study's two models at a micro-batch that fills a large GPU."""
 VALIDATION_COLUMNS = ("source", "gpu", "mode", "precision", "model", "memory_format", "family", "op_mix", "batch_size",
-                      "image_size",
+                      "image_size", "stack",
                       "measured_samples_per_s", "logo_predicted_samples_per_s", "logo_error_pct",
                       "lofo_predicted_samples_per_s", "lofo_error_pct", "loso_predicted_samples_per_s",
                       "loso_error_pct", "logen_predicted_samples_per_s")
 """validation.csv: held-out predictions of each reference row, from fits without its GPU (logo), family (lofo),
-source (loso) and, for training rows of a generation with training rows, generation (logen)."""
+source (loso) and, for training rows of a generation with training rows, generation (logen). `stack`: the row's
+software where its source names it per row (Lambda's NGC container), else empty."""
 ERROR_COLUMNS = ("rows", "median_error_pct", "p90_error_pct", "median_ratio")
 """The error tables (logo_by_gpu.csv ...), after the column they group by."""
 BAND_QUANTILES = (10, 90)
@@ -171,7 +172,7 @@ def validation_tables(data: Dataset | None = None) -> dict:
                   by_generation)
     rows = [dict(zip(VALIDATION_COLUMNS, (
                 row.source, row.gpu, row.mode, row.precision, row.model, row.memory_format, row.family, mix,
-                row.batch_size, row.image_size, row.samples_per_s, round(float(g), 1), g_err, round(float(f), 1),
+                row.batch_size, row.image_size, row.stack, row.samples_per_s, round(float(g), 1), g_err, round(float(f), 1),
                 f_err, *(("", "") if np.isnan(s) else (round(float(s), 1), s_err)),
                 "" if np.isnan(n) else round(float(n), 1))))
             for row, mix, g, g_err, f, f_err, s, s_err, n in columns]
