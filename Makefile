@@ -113,7 +113,8 @@ predict-fit: install
 predict-validate: install
 	$(BIN)/bench predict --validate
 
-# The throughput model's targets table (issue #36) and its Hopper/Blackwell rows held out -> docs/speed/{targets,hopper_blackwell}.md:
+# The throughput model's targets table (issue #36), its Hopper/Blackwell rows held out and its channels-last / contiguous
+# ratios -> docs/speed/{targets,hopper_blackwell,memory_format}.md:
 # from the committed held-out predictions (docs/speed/validation.csv), no fit, no timing
 bench-speed: install
 	$(BIN)/python scripts/speed_targets.py

@@ -1,7 +1,8 @@
 """`make bench-speed`: the throughput model's targets table (issue #36 item 6), printed and written to
 docs/speed/targets.md, from the committed held-out predictions (docs/speed/validation.csv, written by `bench predict
 --validate`); then the Hopper and Blackwell rows' held-out errors (`bench.speed.hopper_blackwell`), written to
-docs/speed/hopper_blackwell.{md,csv} and hopper_blackwell_ratios.csv. No fit and no timing: seconds."""
+docs/speed/hopper_blackwell.{md,csv} and hopper_blackwell_ratios.csv; then the channels-last / contiguous pairs'
+ratios (`bench.speed.memory_format`) -> docs/speed/memory_format.{md,csv}. No fit and no timing: seconds."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 from bench.speed.hopper_blackwell import RATIO_COLUMNS, ROW_COLUMNS, SOURCE, ratios, summary
 from bench.speed.hopper_blackwell import configurations as hopper_blackwell_lines
+from bench.speed.memory_format import PAIR_COLUMNS, format_pairs
+from bench.speed.memory_format import summary as format_summary
 from bench.speed.validate import targets_table
 
 VALIDATION, OUT, DOCS = Path("docs/speed/validation.csv"), Path("docs/speed/targets.md"), Path("docs/speed")
@@ -87,6 +90,34 @@ def hopper_blackwell(validation: list[dict]) -> str:
     return text
 
 
+def memory_format(validation: list[dict]) -> str:
+    pairs = format_pairs(validation)
+    _write_csv(DOCS / "memory_format.csv", PAIR_COLUMNS, pairs)
+    overall = {line["mode"]: line for line in format_summary(pairs)}
+    train = overall["train"]
+    lines = ["# Throughput model: channels-last against contiguous", "",
+             "Written by `make bench-speed` (`bench.speed.memory_format`) from the held-out predictions of "
+             f"`{VALIDATION}`: every pair of rows that differ only in memory format (timm's RTX 3090 training and "
+             "RTX 3090 / 4090 inference benchmarks run each model both ways), channels-last samples/s over "
+             "contiguous, measured against predicted (each side from the fit without the pair's GPU). "
+             "One line per pair: `memory_format.csv`.", "",
+             f"- **Training, {train['pairs']} pairs**: measured ratio {train['measured_p10']}-{train['measured_p90']} "
+             f"(p10-p90, median {train['measured_median']}), predicted {train['predicted_median']} (median): the "
+             f"model does not separate the two formats (its fitted NCHW transpose cost is 0). Error on the ratio: "
+             f"median {train['median_error_pct']} %, p90 {train['p90_error_pct']} %.",
+             "- What a user should read from it: a prediction is the same for both layouts; the measured difference "
+             "is the family's (table below), and it goes both ways.", "",
+             "| mode | family | pairs | measured p10 | median | p90 | predicted median | median error % | p90 error % |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in format_summary(pairs) + format_summary(pairs, "family"):
+        lines.append(f"| {r['mode']} | {r['value']} | {r['pairs']} | {r['measured_p10']} | {r['measured_median']} | "
+                     f"{r['measured_p90']} | {r['predicted_median']} | {r['median_error_pct']} | "
+                     f"{r['p90_error_pct']} |")
+    text = "\n".join(lines) + "\n"
+    (DOCS / "memory_format.md").write_text(text)
+    return text
+
+
 def main() -> None:
     with VALIDATION.open(newline="") as handle:
         validation = list(csv.DictReader(handle))
@@ -95,6 +126,8 @@ def main() -> None:
     print(text, end="")
     print()
     print(hopper_blackwell(validation), end="")
+    print()
+    print(memory_format(validation), end="")
 
 
 if __name__ == "__main__":
