@@ -1,11 +1,16 @@
 """Result objects as tables: `to_frame()` gives a pandas DataFrame, and Jupyter shows the same table (`_repr_html_`).
 
 A class mixes in `Tabular` and says what its rows are (`frame_rows`: plain values, units in the keys); pandas is
-imported only when a frame is asked for, so `import bench` stays cheap.
+imported only when a frame is asked for, so `import bench` stays cheap. `write_csv` writes plain rows under a
+declared header.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,3 +31,14 @@ class Tabular:
 
     def _repr_html_(self) -> str:
         return self.to_frame().to_html(index=False, na_rep="")
+
+
+def write_csv(rows: list[dict], path: Path, columns: Sequence[str]) -> None:
+    """`rows` under the header `columns` (no rows: an empty file); a row with a key not declared there raises
+    ValueError and nothing is written."""
+    text = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(text, columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    path.write_text(text.getvalue())

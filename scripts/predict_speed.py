@@ -15,10 +15,10 @@ import torch
 
 from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_keys, gpu_spec
+from bench.memory.traces import traced
 from bench.speed.model import NoDatasheetPeak
 from bench.speed.params import load_model_file
 from bench.speed.predict import predict_on
-from bench.speed.trace import trace_cell
 
 
 def main() -> None:
@@ -36,7 +36,8 @@ def main() -> None:
     print(f"{cell.cell_id} on {len(gpu_keys())} catalog GPUs, {torch.get_num_threads()} torch threads, "
           f"{model.basis()}")
     began = time.perf_counter()
-    estimate, ops = trace_cell(cell)
+    trace, fresh = traced(cell)
+    estimate, ops = trace.estimate, trace.ops
     traced_s = time.perf_counter() - began
     lines = []
     for gpu in gpu_keys():
@@ -48,7 +49,7 @@ def main() -> None:
             lines.append(f"  {gpu:<15} refused: {exc}")
     total_s = time.perf_counter() - began
     print("\n".join(lines))
-    print(f"trace (memory + ops, one fake step): {traced_s:.2f} s; {len(gpu_keys())} GPU predictions: "
+    print(f"trace (memory + ops, one fake step{'' if fresh else ', read from the cache'}): {traced_s:.2f} s; {len(gpu_keys())} GPU predictions: "
           f"{total_s - traced_s:.2f} s; total {total_s:.2f} s (target <= 10 s on 2 cores); predicted allocated "
           f"{estimate.peak_allocated_bytes / 2**30:.2f} GiB")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from bench.frames import write_csv
 from bench.speed.hopper_blackwell import RATIO_COLUMNS, ROW_COLUMNS, SOURCE, ratios, summary
 from bench.speed.hopper_blackwell import configurations as hopper_blackwell_lines
 from bench.speed.memory_format import PAIR_COLUMNS, format_pairs
@@ -38,18 +39,13 @@ def targets(validation: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def hopper_blackwell(validation: list[dict]) -> str:
     lines_ = hopper_blackwell_lines(validation)
     ratio_lines = ratios(lines_)
-    _write_csv(DOCS / "hopper_blackwell.csv", ROW_COLUMNS, lines_)
-    _write_csv(DOCS / "hopper_blackwell_ratios.csv", RATIO_COLUMNS, ratio_lines)
+    write_csv(lines_, DOCS / "hopper_blackwell.csv", ROW_COLUMNS)
+    write_csv(ratio_lines, DOCS / "hopper_blackwell_ratios.csv", RATIO_COLUMNS)
     s = summary(lines_, ratio_lines)
     lines = ["# Throughput model on Hopper and Blackwell, held out", "",
              "Written by `make bench-speed` (`bench.speed.hopper_blackwell`) from the held-out predictions of "
@@ -92,7 +88,7 @@ def hopper_blackwell(validation: list[dict]) -> str:
 
 def memory_format(validation: list[dict]) -> str:
     pairs = format_pairs(validation)
-    _write_csv(DOCS / "memory_format.csv", PAIR_COLUMNS, pairs)
+    write_csv(pairs, DOCS / "memory_format.csv", PAIR_COLUMNS)
     overall = {line["mode"]: line for line in format_summary(pairs)}
     train = overall["train"]
     lines = ["# Throughput model: channels-last against contiguous", "",

@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.grid.spec import load_grid
 from bench.memory.estimate import FakeModels
-from bench.speed.trace import trace_cell
+from bench.memory.traces import traced
 
 REPO = Path(__file__).resolve().parent.parent
 LINE_MICRO_BATCHES = (8, 16)
@@ -63,11 +63,11 @@ def main() -> int:
                 if not todo:
                     continue
                 base = replace(group[0], accum_steps=2)
-                line = [trace_cell(replace(base, micro_batch=m), models) for m in LINE_MICRO_BATCHES]
+                line = [_trace(replace(base, micro_batch=m), models) for m in LINE_MICRO_BATCHES]
                 (m1, m2), (p1, p2) = LINE_MICRO_BATCHES, [e.peak_reserved_bytes for e, _ in line]
                 for cell in todo:
                     began = time.monotonic()
-                    estimate, ops = trace_cell(replace(cell, accum_steps=2), models)
+                    estimate, ops = _trace(replace(cell, accum_steps=2), models)
                     full, read = ops.for_step(2), line[0][1].at_micro_batch(line[1][1], cell.micro_batch).for_step(2)
                     peak_line = p1 + (p2 - p1) * (cell.micro_batch - m1) / (m2 - m1)
                     same = len(full.count) == len(read.count) and bool((full.op_class == read.op_class).all())
@@ -90,6 +90,12 @@ def main() -> int:
     print(f"{len(rows)} cells: peak |error| median {np.median(peaks):.3f} %, max {peaks.max():.3f} %; "
           f"same ops in {sum(r['same_ops'] == 'True' for r in rows)} of {len(rows)}")
     return 0
+
+
+def _trace(cell, models: FakeModels) -> tuple:
+    """(estimate, ops) of one full trace (the shared cache's, `bench.memory.traces`)."""
+    trace = traced(cell, "cuda", models)[0]
+    return trace.estimate, trace.ops
 
 
 def _error(read: np.ndarray, full: np.ndarray, read_count: np.ndarray, full_count: np.ndarray) -> float:

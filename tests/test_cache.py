@@ -82,4 +82,23 @@ def test_an_estimate_from_two_micro_batches_equals_the_full_trace(axes, target, 
     for row in (shortcut, cached):
         assert {k: v for k, v in row.items() if k != "host_rss_bytes"} == \
                {k: v for k, v in full.items() if k != "host_rss_bytes"}
-    assert any((tmp_path / "estimate-rows").iterdir())
+    assert len(list((tmp_path / "traces").iterdir())) == 1  # K = 3 is traced at K = 2, once
+
+
+@pytest.mark.slow
+def test_estimate_probe_and_predict_read_one_trace_of_a_configuration(tmp_path, monkeypatch):
+    """`bench estimate`, `bench probe` and `bench predict` (and so `bench plan`) of one configuration trace it once:
+    whatever its K above 1 or its experiment, the others read the first one's trace (`bench.memory.traces`)."""
+    from dataclasses import replace
+
+    from bench.memory.probe import estimated_peak_bytes
+    from bench.speed.predict import predicted_rows
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
+    cell = _cell(accum_steps=4)
+    row = estimated_row(cell, "cuda")
+    peak, traced_now = estimated_peak_bytes(replace(cell, experiment="probe", accum_steps=2), "cuda")
+    (predicted,) = predicted_rows(replace(cell, experiment="predict", accum_steps=8), ("A100-40GB",))
+    assert not traced_now and peak == row["peak_reserved_bytes"] == predicted["peak_reserved_bytes"]
+    assert predicted["status"] == "predicted" and predicted["samples_per_s"] > 0
+    assert len(list((tmp_path / "traces").iterdir())) == 1

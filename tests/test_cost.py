@@ -114,7 +114,7 @@ def test_a_gpu_row_on_another_gpu_scales_by_the_models_ratio_between_the_two():
 def test_a_gpu_rows_model_speeds_are_the_throughput_models_own_predictions():
     from bench.cost.outputs import with_model_speeds
     from bench.speed.predict import predict_on
-    from bench.speed.trace import trace_step_ops
+    from bench.memory.traces import trace_step_ops
 
     row = _row(model="test_resnet", image_size=32, micro_batch=12, accum_steps=3, samples_per_s=900.0)
     cpu = _row(profile="cpu", device_type="cpu", device_name="Some CPU")

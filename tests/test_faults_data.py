@@ -230,23 +230,29 @@ def test_a_stored_peak_that_is_no_byte_count_is_recomputed_with_one_warning(valu
 
     fresh, traced = estimated_peak_bytes(_tiny_cell(), "cuda")
     assert traced
-    _spoil_entry(cache / "estimated-peaks", value)
+    _spoil_entry(cache / "traces", value)
     capsys.readouterr()
     again, traced = estimated_peak_bytes(_tiny_cell(), "cuda")
     assert (again, traced) == (fresh, True)
     assert capsys.readouterr().err.count("warning: ignoring cache file") == 1
 
 
-@pytest.mark.parametrize("value", [{}, float("nan"), {"status": "estimated", "peak_memory_bytes": float("nan")},
-                                   {"status": "estimated", "peak_memory_bytes": -1}, "row", [],
-                                   {"status": "estimated", "peak_memory_bytes": 100, "colour": "red"}],
-                         ids=["empty", "nan", "nan-peak", "negative-peak", "text", "list", "unknown-column"])
-def test_an_estimate_row_entry_that_is_no_row_is_recomputed_with_one_warning(value, cache, capsys):
-    """Before: an estimate-rows entry of {} or NaN was a traceback in `bench estimate`."""
+_TRACE_ESTIMATE = {"param_count": 10, "traced": {"tracked_peak_bytes": {"total": 100}}}
+
+
+@pytest.mark.parametrize("value", [{}, float("nan"), "row", [], {"estimate": _TRACE_ESTIMATE},
+                                   {"estimate": {**_TRACE_ESTIMATE, "param_count": True}, "ops": None},
+                                   {"estimate": {**_TRACE_ESTIMATE, "traced": {"tracked_peak_bytes": {"total": -1}}},
+                                    "ops": None},
+                                   {"estimate": {**_TRACE_ESTIMATE, "traced": {"tracked_peak_bytes": 5}}, "ops": None}],
+                         ids=["empty", "nan", "text", "list", "no-ops", "bool-params", "negative-peak", "peak-not-dict"])
+def test_a_trace_entry_that_is_no_trace_is_recomputed_with_one_warning(value, cache, capsys):
+    """Before: an estimate-rows entry of {} or NaN was a traceback in `bench estimate`; every command reads the one
+    trace cache now (`bench.memory.traces`)."""
     from bench.memory.estimate_grid import estimated_row
 
     fresh = estimated_row(_tiny_cell(), "cuda")
-    _spoil_entry(cache / "estimate-rows", value)
+    _spoil_entry(cache / "traces", value)
     capsys.readouterr()
     assert estimated_row(_tiny_cell(), "cuda") == fresh
     assert capsys.readouterr().err.count("warning: ignoring cache file") == 1
@@ -257,7 +263,7 @@ def test_a_cache_entry_that_is_not_utf8_is_ignored_with_one_warning(cache, capsy
     from bench.memory.probe import estimated_peak_bytes
 
     fresh, _ = estimated_peak_bytes(_tiny_cell(), "cuda")
-    _spoil_entry(cache / "estimated-peaks", b'{"key": "\xff\xfe"}')
+    _spoil_entry(cache / "traces", b'{"key": "\xff\xfe"}')
     capsys.readouterr()
     assert estimated_peak_bytes(_tiny_cell(), "cuda") == (fresh, True)
     err = capsys.readouterr().err

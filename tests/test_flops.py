@@ -6,7 +6,7 @@ import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.measure.flops import counter, flops_per_sample
-from bench.speed.ops import OpRecorder
+from bench.measure.ops import OpRecorder
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
 from bench.train.step import train_step

@@ -19,9 +19,10 @@ from bench.grid.spec import load_grid
 from bench.measure.hardware import gpu_keys, gpu_spec
 from bench.speed.model import GENERATIONS, NoDatasheetPeak, gpu_rates, step_time
 from bench.speed.params import load_model_file
-from bench.speed.ops import OpRecorder
+from bench.measure.ops import OpRecorder
 from bench.speed.predict import predict_grid, predict_on, predicted_rows
-from bench.speed.trace import OP_CLASSES, OpTable, trace_step_ops
+from bench.measure.op_table import OP_CLASSES, OpTable
+from bench.memory.traces import trace_step_ops
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
 from bench.train.step import train_step
@@ -380,19 +381,25 @@ def test_predicted_rows_carry_the_cross_gpu_interval_and_say_so():
 
 
 def test_the_written_tables_keep_their_committed_headers_from_declared_columns(tmp_path):
-    from bench.commands.speed import ACCUMULATION_COLUMNS, _write_csv
+    from bench.commands.speed import ACCUMULATION_COLUMNS
+    from bench.frames import write_csv
+    from bench.speed.hopper_blackwell import RATIO_COLUMNS, ROW_COLUMNS
+    from bench.speed.memory_format import PAIR_COLUMNS
     from bench.speed.validate import ERROR_COLUMNS, VALIDATION_COLUMNS, cross_gpu_columns
 
     header = lambda path: path.read_text().splitlines()[0].split(",")  # noqa: E731
     assert header(REPO / "docs/speed/validation.csv") == list(VALIDATION_COLUMNS)
     assert header(REPO / "docs/speed/cross_gpu.csv") == list(cross_gpu_columns())
     assert header(REPO / "docs/speed/logo_by_gpu.csv") == ["gpu", *ERROR_COLUMNS]
+    assert header(REPO / "docs/speed/hopper_blackwell.csv") == list(ROW_COLUMNS)  # make bench-speed's tables too
+    assert header(REPO / "docs/speed/hopper_blackwell_ratios.csv") == list(RATIO_COLUMNS)
+    assert header(REPO / "docs/speed/memory_format.csv") == list(PAIR_COLUMNS)
     assert header(REPO / "results/resnet50/predicted/accumulation.csv") == [c for c in ACCUMULATION_COLUMNS
                                                                            if c != "variant"]
     # A row whose first key is not the first column still lands under its own column; a stray key is refused.
-    _write_csv([{"rows": 3, "gpu": "L4", "median_error_pct": 1, "p90_error_pct": 2, "median_ratio": 1.0}],
+    write_csv([{"rows": 3, "gpu": "L4", "median_error_pct": 1, "p90_error_pct": 2, "median_ratio": 1.0}],
                tmp_path / "t.csv", ("gpu", *ERROR_COLUMNS))
     assert (tmp_path / "t.csv").read_text() == "gpu,rows,median_error_pct,p90_error_pct,median_ratio\nL4,3,1,2,1.0\n"
     with pytest.raises(ValueError, match="stray"):
-        _write_csv([{"gpu": "L4", "stray": 1}], tmp_path / "u.csv", ("gpu", *ERROR_COLUMNS))
+        write_csv([{"gpu": "L4", "stray": 1}], tmp_path / "u.csv", ("gpu", *ERROR_COLUMNS))
     assert not (tmp_path / "u.csv").exists()

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from bench.commands.formats import add_format_option
 from bench.errors import OptionError, refused_step
+from bench.frames import write_csv
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VALIDATION_DIR = Path("docs/speed")
@@ -92,7 +90,7 @@ def _predict(args: argparse.Namespace) -> int:
             written.unlink(missing_ok=True)
             print(f"  wrote {path} (no accumulation.csv: no configuration of the grid has two splits to compare)")
             continue
-        _write_csv(table, written, [c for c in ACCUMULATION_COLUMNS if c != "variant" or any(c in r for r in table)])
+        write_csv(table, written, [c for c in ACCUMULATION_COLUMNS if c != "variant" or any(c in r for r in table)])
         print(f"  wrote {path} and {written} (throughput lost at the most-accumulated split, per GPU)")
         for line in table:
             print(f"  {line['gpu']:<15} {line['model']} {line['precision']} ckpt-{line['checkpointing']} {line['optimizer']}: "
@@ -149,12 +147,12 @@ def _validate() -> int:
     current = load_model_file()
     VALIDATION_DIR.mkdir(parents=True, exist_ok=True)
     tables = validation_tables()
-    _write_csv(tables["rows"], VALIDATION_DIR / "validation.csv", VALIDATION_COLUMNS)
+    write_csv(tables["rows"], VALIDATION_DIR / "validation.csv", VALIDATION_COLUMNS)
     for name in ("logo_by_gpu", "logo_by_family", "lofo_by_family", "lofo_by_gpu"):
-        _write_csv(tables[name], VALIDATION_DIR / f"{name}.csv", (name.rpartition("_")[2], *ERROR_COLUMNS))
+        write_csv(tables[name], VALIDATION_DIR / f"{name}.csv", (name.rpartition("_")[2], *ERROR_COLUMNS))
     pairs = projection_pairs()
     tables["projection"], tables["projection_by_pair"] = projection_band(pairs), projection_by_pair(pairs)
-    _write_csv(tables["projection_by_pair"], VALIDATION_DIR / "projection_by_pair.csv", PROJECTION_COLUMNS)
+    write_csv(tables["projection_by_pair"], VALIDATION_DIR / "projection_by_pair.csv", PROJECTION_COLUMNS)
     # The cross-GPU bands go into the parameter file first: the ratios below are printed with them.
     validated = replace(current, bands=tables["bands"], projection=tables["projection"],
                         model_scaled=tables["model_scaled"], training_gpus=tables["training_gpus"])
@@ -162,7 +160,7 @@ def _validate() -> int:
                                                 validation_json(validated)))
     load_model_file.cache_clear()
     ratios = cross_gpu_ratios()
-    _write_csv(ratios, VALIDATION_DIR / "cross_gpu.csv", cross_gpu_columns())
+    write_csv(ratios, VALIDATION_DIR / "cross_gpu.csv", cross_gpu_columns())
     chart = write_validation_chart(
         [{**r, "predicted_samples_per_s": r["logo_predicted_samples_per_s"]} for r in tables["rows"]], "gpu",
         f"Leave-one-GPU-out: median error {tables['logo']['median_error_pct']} %, p90 "
@@ -282,11 +280,3 @@ def _measure_host() -> int:
     return 0
 
 
-def _write_csv(rows: list[dict], path: Path, columns: Sequence[str]) -> None:
-    """`rows` under the header `columns`; a row with a key not declared there raises (nothing is written)."""
-    text = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(text, columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    path.write_text(text.getvalue())

@@ -6,7 +6,7 @@ scaled-dot-product attention decomposes into matmuls, whereas a real CPU run dis
 
 torch's formula for a convolution's backward ignores the groups in the weight gradient (a
 depthwise convolution's is counted channels times over); `conv_backward_flops` divides that term
-by the groups. The throughput model's op recorder (`bench.speed.ops`) counts with it too, so the
+by the groups. The throughput model's op recorder (`bench.measure.ops`) counts with it too, so the
 MFU's numerator and the recorder's total agree.
 """
 

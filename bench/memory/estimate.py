@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Iterator, Literal, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -42,7 +42,7 @@ heads x tokens^2 kept for backward), one of CUDA's fused SDPA kernels, or the CP
 
 
 class StepObserver(ContextManager, Protocol):
-    """Watches a traced step: entered around it, told of every phase (`bench.speed.ops.OpRecorder`)."""
+    """Watches a traced step: entered around it, told of every phase (`bench.measure.ops.OpRecorder`)."""
 
     def on_phase(self, phase: str, micro_step: int) -> None: ...
 
@@ -186,12 +186,15 @@ class FakeModels:
     checkpointing, channels-last, attention, ...: every axis but `STEP_ONLY`).
 
     Precision, optimizer and batch shape do not change the model, so a grid's cells share
-    it; each cell gets a fresh optimizer and starts with no gradients.
+    it; each cell gets a fresh optimizer and starts with no gradients. A command's traces are kept beside them
+    (`bench.memory.traces`), so it asks the disk cache for each at most once.
     """
 
     def __init__(self) -> None:
         self.mode = FakeTensorMode(allow_non_fake_inputs=True)
         self._models: dict[tuple, torch.nn.Module] = {}
+        self.traces: OrderedDict[str, Any] = OrderedDict()
+        """`bench.memory.traces.Trace` by its key, most recently used last."""
 
     def get(self, cell: Cell) -> torch.nn.Module:
         key = configuration_key(cell.to_dict(), ignore=STEP_ONLY)

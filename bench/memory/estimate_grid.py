@@ -11,12 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
-from bench.errors import ResultsFileError
 from bench.grid.cell import Cell
 from bench.grid.spec import Grid
 from bench.measure.device import DeviceInfo
@@ -26,12 +24,11 @@ from bench.memory.estimate import (
     Estimate,
     FakeModels,
     Target,
-    estimate_cell,
 )
 from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
+from bench.memory.traces import traced
 from bench.results.provenance import provenance, utc_now
-from bench.results.read import SET_ASIDE_HINT, cell_text, check_row
 from bench.results.rows import cell_row, failure_from, memory_columns
 from bench.results.schema import ESTIMATE_COLUMNS
 from bench.results.store import ESTIMATE_FOLDER, RunsFile, preflight, results_folder
@@ -75,33 +72,10 @@ def estimate_row(cell: Cell, estimate: Estimate, headroom: float = DEFAULT_HEADR
 
 
 def estimated_row(cell: Cell, target: Target, models: FakeModels | None = None) -> dict:
-    """`estimate_row` of `cell`, traced with at most two micro-batches (`repeat_micro_steps` gives the rest),
-    and kept in the disk cache (`bench.cache`): the same cell in another grid or run is not traced again."""
-    key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": target}
-    stored = _ROWS.get(key)
-    if stored is not None:
-        return stored
-    estimate = estimate_cell(cell, target, models, accum_steps=min(cell.accum_steps, 2))
-    row = estimate_row(cell, replace(estimate, traced=repeat_micro_steps(estimate.traced, cell.accum_steps)))
-    _ROWS.put(key, row)
-    return row
-
-
-def _cached_row_problem(value: Any) -> str | None:
-    """What makes a cached value no `estimate_row` outcome (read as a runs file's row is), or None."""
-    if not isinstance(value, dict) or value.get("status") != "estimated" or not set(value) <= set(ESTIMATE_COLUMNS):
-        return "not an estimated row"
-    if any(field is not None and not isinstance(field, (str, int, float)) for field in value.values()):
-        return "not a row of plain values"
-    try:
-        check_row({name: cell_text(field) for name, field in value.items()}, ESTIMATE_COLUMNS, "the row")
-    except ResultsFileError as exc:
-        return str(exc).removesuffix(f"; {SET_ASIDE_HINT}")
-    return byte_count_problem(value.get("peak_memory_bytes"))
-
-
-_ROWS = DiskCache("estimate-rows", sources=(*ESTIMATOR_SOURCES, "memory/estimate_grid.py", "results/rows.py",
-                                            "results/schema.py"), check=_cached_row_problem)
+    """`estimate_row` of `cell`, from its trace at K = min(K, 2) (`bench.memory.traces`: the same configuration
+    in another grid, run or command is not traced again) with the later micro-steps repeated."""
+    estimate = traced(cell, target, models)[0].estimate
+    return estimate_row(cell, replace(estimate, traced=repeat_micro_steps(estimate.traced, cell.accum_steps)))
 
 
 def repeat_micro_steps(traced: TracedStep, accum_steps: int) -> TracedStep:

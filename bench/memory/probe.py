@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
 from bench.errors import BadInput
 from bench.frames import Tabular
 from bench.grid.cell import Cell, Profile, axes, probe_options
@@ -24,7 +23,8 @@ from bench.isolation import fork_server
 from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
 from bench.memory.budget import Budget
-from bench.memory.estimate import FakeModels, Target, estimate_cell
+from bench.memory.estimate import FakeModels, Target
+from bench.memory.traces import traced
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated
 from bench.train.models import has_batch_norm
@@ -230,25 +230,11 @@ SECANT_STEPS = 2
 is affine in the micro-batch only once activations set it (at small sizes the optimizer step may)."""
 
 
-_PEAKS = DiskCache("estimated-peaks", sources=ESTIMATOR_SOURCES, check=byte_count_problem)
-
-
 def estimated_peak_bytes(cell: Cell, target: Target, models: FakeModels | None = None) -> tuple[float, bool]:
-    """The estimator's peak of `cell` (predicted `max_memory_reserved` for a CUDA target, tracked tensors plus
-    inputs for a CPU one), and whether it was traced now (False: read from the disk cache).
-
-    From the second micro-batch on every micro-step holds the same tensors, so a cell of K > 2 is traced at K = 2
-    (the same peak) and shares its cache entry with every other K > 1.
-    """
-    cell = replace(cell, accum_steps=min(cell.accum_steps, 2))
-    key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}, "target": target}
-    stored = _PEAKS.get(key)
-    if stored is not None:
-        return float(stored), False
-    estimate = estimate_cell(cell, target, models or FakeModels())
-    peak = float(estimate.peak_reserved_bytes if target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes)
-    _PEAKS.put(key, peak)
-    return peak, True
+    """The estimator's peak of `cell` (`Trace.peak_bytes`), and whether it was traced now (False: this process or
+    the disk cache had its trace, `bench.memory.traces`)."""
+    trace, fresh = traced(cell, target, models)
+    return trace.peak_bytes, fresh
 
 
 class EstimatedPeaks:

@@ -20,7 +20,7 @@ from bench.speed.model import _HALF_INDEX as _HALF
 from bench.speed.model import GENERATIONS, KERNEL_US, EntryRates, OpFeatures, gpu_rates, op_features, op_times
 from bench.speed.params import FITTED_GENERATIONS, SHARED_GENERATIONS, SpeedParams, load_model_file, params_json
 from bench.speed.reference import ReferenceRow, read_reference_ops, reference_rows
-from bench.speed.trace import OpTable
+from bench.measure.op_table import OpTable
 
 START = SpeedParams(e_matmul=0.7, e_conv=0.6, e_grouped_conv=0.2, e_tf32=0.7, e_fp32=0.7, gen_volta=1.0, gen_turing=1.0, gen_ada=1.0,
                     gen_hopper=1.0,

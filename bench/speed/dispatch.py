@@ -21,7 +21,7 @@ import torch
 
 from bench.grid.cell import Cell
 from bench.measure.cpu import cpu_model_name
-from bench.speed.ops import OpRecorder
+from bench.measure.ops import OpRecorder
 from bench.train.setup import cell_batch, cell_training
 from bench.train.step import train_step
 

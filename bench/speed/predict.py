@@ -14,8 +14,8 @@ linear), so the line through two sizes is exact where the same phase sets the pe
 elsewhere (by up to 53 % for ViT-B/16 with checkpointing, where the optimizer step sets the peak at
 small sizes): per GPU, the largest power-of-two micro-batch m that divides E and fits (peak +
 headroom) on the line is checked with a full trace of m, and halved until the trace fits; K = E / m
-is predicted on that GPU (`predict_on`, as for a grid's cell). Traces are kept in the disk cache
-(`bench.cache`). fp16 is read off bf16's trace (the same shapes; its GradScaler's few ops are left
+is predicted on that GPU (`predict_on`, as for a grid's cell). Every trace is the one of its configuration
+that estimate, probe and plan share (`bench.memory.traces`, in this process and on disk). fp16 is read off bf16's trace (the same shapes; its GradScaler's few ops are left
 out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the model predicts
 them alike. Each prediction carries the fp32 gradient bytes, so a multi-GPU instance scales as its
 interconnect predicts (`bench.speed.ddp`); `bench.cost.price.MeasuredRow.predicted` prices it.
@@ -28,17 +28,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
 from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
 from bench.grid.spec import Grid
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
+from bench.measure.op_table import StepOps
 from bench.measure.utilization import utilization_pct
 from bench.memory.estimate import Estimate, FakeModels, whole_segments
 from bench.memory.estimate_grid import estimate_device, estimate_row
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 from bench.memory.probe import estimated_peak_bytes
+from bench.memory.traces import traced
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
 from bench.results.rows import cell_row, failure, failure_from
@@ -47,7 +48,6 @@ from bench.results.store import PREDICTED_FOLDER, RunsFile, preflight, results_f
 from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, OpMix, StepTime, gpu_rates, op_mix, step_time
 from bench.speed.params import ModelFile, load_model_file
-from bench.speed.trace import StepOps, trace_cell
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def predict_on(cell: Cell, ops: StepOps, spec: GpuSpec, model: ModelFile | None 
     """`cell`'s predicted step on `spec` (raises `NoDatasheetPeak` when the catalog lacks a figure).
 
     Example:
-        >>> from bench.speed.trace import trace_step_ops
+        >>> from bench.memory.traces import trace_step_ops
         >>> cell = Cell(experiment="e", profile="cuda", model="test_resnet", image_size=32, micro_batch=8,
         ...             accum_steps=1, precision="bf16", checkpointing="off", optimizer="sgd",
         ...             channels_last=True, warmup_steps=1, measured_steps=1)
@@ -130,14 +130,14 @@ def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None 
                         started_utc=started, **columns)
 
     try:
-        estimate, ops = trace_cell(cell, models)
+        trace, _ = traced(cell, "cuda", models)
     except Exception as exc:  # noqa: BLE001 - a cell that cannot be traced is a row, not a stop
         return [row(gpu, failure_from(exc)) for gpu in gpus]
-    memory = _memory_columns(cell, estimate)
+    memory = _memory_columns(cell, trace.estimate)
     rows = []
     for gpu in gpus:
         try:
-            outcome = {**memory, **prediction_columns(predict_on(cell, ops, gpu_spec(gpu), model), model)}
+            outcome = {**memory, **prediction_columns(predict_on(cell, trace.ops, gpu_spec(gpu), model), model)}
         except NoDatasheetPeak as exc:
             outcome = {**memory, **failure("skipped", "NoDatasheetPeak", str(exc))}
         rows.append(row(gpu, outcome, device_name=f"predicted for {gpu} (throughput model, no device)",
@@ -377,34 +377,10 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
     return Traced(*points, traced_peak=traced_peak, grads_bytes=params * BYTES_PER_GRADIENT)
 
 
-def _cached_trace_problem(value: Any) -> str | None:
-    """What makes a cached value no trace (`_cached_trace`'s dict), or None; its ops are checked as they are read."""
-    if not isinstance(value, dict) or not {"peak_reserved_bytes", "ops", "param_count"} <= set(value):
-        return "not a trace"
-    count = value["param_count"]
-    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
-        return f"a parameter count of {count!r}"[:120]
-    return byte_count_problem(value["peak_reserved_bytes"])
-
-
-_TRACES = DiskCache("plan-traces", sources=(*ESTIMATOR_SOURCES, "speed/trace.py", "speed/ops.py"),
-                    check=_cached_trace_problem)
-
-
 def _cached_trace(cell: Cell, models: FakeModels) -> tuple[float, StepOps, int, bool]:
-    """(reserved peak bytes, ops, parameter count, whether it was traced now) of `cell` (K up to 2), from the disk
-    cache where an earlier command traced the same cell."""
-    cell = replace(cell, accum_steps=min(cell.accum_steps, 2))  # what trace_cell records, whatever the K
-    key = {"cell": {k: v for k, v in cell.to_dict().items() if k != "experiment"}}
-    stored = _TRACES.get(key)
-    try:
-        return (float(stored["peak_reserved_bytes"]), StepOps.from_json(stored["ops"]), int(stored["param_count"]),
-                False)
-    except (TypeError, KeyError, ValueError):  # absent (None), or written by another layout
-        estimate, ops = trace_cell(cell, models)
-        peak, params = float(estimate.peak_reserved_bytes), int(estimate.param_count)
-        _TRACES.put(key, {"peak_reserved_bytes": peak, "ops": ops.to_json(), "param_count": params})
-        return peak, ops, params, True
+    """(reserved peak bytes, ops, parameter count, whether it was traced now) of `cell` (`bench.memory.traces`)."""
+    trace, fresh = traced(cell, "cuda", models)
+    return trace.peak_bytes, trace.ops, trace.estimate.param_count, fresh
 
 
 def _ops_at(cell: Cell, models: FakeModels) -> StepOps:

@@ -36,8 +36,9 @@ import torch
 from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_keys
 from bench.memory.estimate import FakeModels
-from bench.speed.ops import OpRecorder
-from bench.speed.trace import DTYPES, OP_CLASSES, OpTable, trace_step_ops
+from bench.measure.ops import OpRecorder
+from bench.measure.op_table import DTYPES, OP_CLASSES, OpTable
+from bench.memory.traces import trace_step_ops
 from bench.train.models import synthetic_batch
 from bench.train.step import autocast_for, configure_precision
 

@@ -17,7 +17,7 @@ from bench.speed.calibrate import Dataset, error_summary, held_out, held_out_fit
 from bench.speed.model import NoDatasheetPeak, op_mixes
 from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS, UNSEEN_GENERATION, ErrorBand, band_key, load_model_file
 from bench.speed.predict import predict_on
-from bench.speed.trace import trace_step_ops
+from bench.memory.traces import trace_step_ops
 
 RATIO_GPUS = ("A100-80GB", "A100-40GB", "H100-80GB", "H200", "B200", "RTX-3090", "RTX-4090", "L4", "L40S", "A10",
               "T4", "V100-16GB")

@@ -1,7 +1,6 @@
-"""A cell's step as a table of ops: traced once on fake tensors, reused for every GPU and K.
+"""A step's recorded ops as tables (`OpRecorder`'s records by part), reused for every GPU and K.
 
-The step is the runner's (`bench.memory.estimate.fake_step`, the estimator's path). Two
-micro-steps are traced: the first (gradients created) and the second (gradients accumulated
+Two micro-steps are traced: the first (gradients created) and the second (gradients accumulated
 into), then the update (optimizer step and zero_grad). A step with K micro-batches is the first
 micro-step, K - 1 times the second, and the update: the prediction for any K costs one trace.
 """
@@ -13,9 +12,7 @@ from typing import Iterable, Literal, get_args
 
 import numpy as np
 
-from bench.grid.cell import Cell
-from bench.memory.estimate import Estimate, FakeModels, estimate_cell, fake_step
-from bench.speed.ops import OpClass, OpRecord, OpRecorder
+from bench.measure.ops import OpClass, OpRecord, OpRecorder
 
 Part = Literal["first_micro", "next_micro", "update"]
 PARTS: tuple[Part, ...] = get_args(Part)
@@ -77,7 +74,7 @@ class StepOps:
     micro_batch: int
 
     def to_json(self) -> dict:
-        """The ops as JSON lists with their dtypes (the planner's disk cache); `from_json` reads them back exactly.
+        """The ops as JSON lists with their dtypes (the trace cache, `bench.memory.traces`); `from_json` reads them back exactly.
 
         >>> ops = StepOps({p: OpTable.of([]) for p in PARTS}, 8)
         >>> StepOps.from_json(ops.to_json()).micro_batch
@@ -133,31 +130,6 @@ class StepOps:
             raise ValueError("traced with one micro-step: it answers accum_steps 1 only")
         return OpTable.concat([self.parts["first_micro"], self.parts["next_micro"].scaled(accum_steps - 1),
                                self.parts["update"]])
-
-
-def trace_step_ops(cell: Cell, models: FakeModels | None = None) -> StepOps:
-    """Record `cell`'s step on fake tensors: two micro-steps and the update (one micro-step when
-    the cell's K is 1: its `for_step` then answers K = 1 only).
-
-    Example:
-        >>> cell = Cell(experiment="e", profile="cuda", model="test_resnet", image_size=32, micro_batch=2,
-        ...             accum_steps=4, precision="bf16", checkpointing="off", optimizer="sgd",
-        ...             channels_last=False, warmup_steps=1, measured_steps=1)
-        >>> ops = trace_step_ops(cell)
-        >>> int(ops.for_step(4).count.sum()) > int(ops.for_step(1).count.sum())
-        True
-    """
-    recorder = OpRecorder()
-    with fake_step(cell, "cuda", models, min(cell.accum_steps, 2), recorder.on_phase) as step, recorder:
-        step.run()
-    return step_ops(recorder, cell.micro_batch)
-
-
-def trace_cell(cell: Cell, models: FakeModels | None = None) -> tuple[Estimate, StepOps]:
-    """One fake trace of `cell` (K up to 2) for both its CUDA memory estimate and its ops."""
-    recorder = OpRecorder()
-    estimate = estimate_cell(cell, "cuda", models, accum_steps=min(cell.accum_steps, 2), observer=recorder)
-    return estimate, step_ops(recorder, cell.micro_batch)
 
 
 def step_ops(recorder: OpRecorder, micro_batch: int) -> StepOps:

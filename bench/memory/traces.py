@@ -1,0 +1,142 @@
+"""One fake trace per configuration, shared by every command that reads a step on fake tensors.
+
+`bench estimate` and `bench probe` need a cell's memory (`Estimate`); `bench predict`, `bench plan` and a
+measured row's model speeds need its ops (`StepOps`) as well. A CUDA target's trace records both in one pass
+(`OpRecorder` watches the estimator's step). `traced` keys it with `trace_key` (the cell without its experiment,
+K capped at 2: from the second micro-step on every micro-step repeats the second's memory and ops, so one trace
+at K = 2 answers every K > 1; and the target) and keeps it in the disk cache (`bench.cache`) and beside the
+command's fake models (`FakeModels.traces`): a configuration traced by any command is not traced again by any
+other, and a command reads each from disk once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
+from bench.grid.cell import Cell
+from bench.measure.memory import TracedStep
+from bench.measure.op_table import StepOps, step_ops
+from bench.measure.ops import OpRecorder
+from bench.memory.estimate import Estimate, FakeModels, Target, estimate_cell, fake_step
+
+IN_PROCESS_TRACES = 32
+"""Traces a command keeps in memory besides the disk cache (a ViT-L/16 trace's ops take a few MB)."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A cell's step on fake tensors: its memory on the target and, for a CUDA target, its ops."""
+
+    estimate: Estimate
+    ops: StepOps | None
+    """None for a CPU target (the throughput model predicts CUDA GPUs only)."""
+
+    @property
+    def peak_bytes(self) -> float:
+        """What a probe compares with a budget: predicted `max_memory_reserved` on CUDA, tracked tensors plus
+        inputs on a CPU."""
+        estimate = self.estimate
+        return float(estimate.peak_reserved_bytes if estimate.target == "cuda"
+                     else estimate.peak_bytes + estimate.inputs_bytes)
+
+    def to_json(self) -> dict:
+        estimate = {f.name: getattr(self.estimate, f.name) for f in fields(Estimate) if f.init}
+        return {"estimate": {**estimate, "traced": asdict(self.estimate.traced)},
+                "ops": None if self.ops is None else self.ops.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Trace:
+        """Raises KeyError, TypeError or ValueError for data of another layout."""
+        estimate = dict(data["estimate"])
+        estimate["traced"] = TracedStep(**estimate["traced"])
+        ops = data["ops"]
+        return cls(Estimate(**estimate), None if ops is None else StepOps.from_json(ops))
+
+
+def trace_key(cell: Cell, target: Target) -> dict[str, Any]:
+    """What a trace depends on: the cell but its experiment, K capped at 2, and the target.
+
+    >>> cell = Cell(experiment="e", profile="cuda", model="m", image_size=32, micro_batch=4, accum_steps=8,
+    ...             precision="bf16", checkpointing="off", optimizer="sgd", channels_last=False,
+    ...             warmup_steps=1, measured_steps=1)
+    >>> trace_key(cell, "cuda") == trace_key(replace(cell, experiment="other", accum_steps=2), "cuda")
+    True
+    """
+    capped = replace(cell, accum_steps=min(cell.accum_steps, 2))
+    return {"cell": {k: v for k, v in capped.to_dict().items() if k != "experiment"}, "target": target}
+
+
+def traced(cell: Cell, target: Target = "cuda", models: FakeModels | None = None) -> tuple[Trace, bool]:
+    """`cell`'s trace (at K = min(K, 2)) on `target`, and whether it was traced now (False: `models` or the disk
+    cache had it)."""
+    key = trace_key(cell, target)
+    name = json.dumps(key, sort_keys=True)
+    kept = models.traces if models is not None else {}
+    if name in kept:
+        kept.move_to_end(name)
+        return kept[name], False
+    trace, fresh = _stored(key), False
+    if trace is None:
+        trace, fresh = _trace(replace(cell, accum_steps=min(cell.accum_steps, 2)), target, models), True
+        _DISK.put(key, trace.to_json())
+    if models is not None:
+        kept[name] = trace
+        if len(kept) > IN_PROCESS_TRACES:
+            kept.popitem(last=False)
+    return trace, fresh
+
+
+def _trace(cell: Cell, target: Target, models: FakeModels | None) -> Trace:
+    if target != "cuda":
+        return Trace(estimate_cell(cell, target, models), None)
+    recorder = OpRecorder()
+    estimate = estimate_cell(cell, target, models, observer=recorder)
+    return Trace(estimate, step_ops(recorder, cell.micro_batch))
+
+
+def trace_step_ops(cell: Cell, models: FakeModels | None = None) -> StepOps:
+    """Only the ops of `cell`'s step (no memory trace, not cached): two micro-steps and the update (one
+    micro-step when the cell's K is 1: its `for_step` then answers K = 1 only). For the many public rows the
+    throughput model is fitted to and validated on, which no command plans.
+
+    Example:
+        >>> cell = Cell(experiment="e", profile="cuda", model="test_resnet", image_size=32, micro_batch=2,
+        ...             accum_steps=4, precision="bf16", checkpointing="off", optimizer="sgd",
+        ...             channels_last=False, warmup_steps=1, measured_steps=1)
+        >>> ops = trace_step_ops(cell)
+        >>> int(ops.for_step(4).count.sum()) > int(ops.for_step(1).count.sum())
+        True
+    """
+    recorder = OpRecorder()
+    with fake_step(cell, "cuda", models, min(cell.accum_steps, 2), recorder.on_phase) as step, recorder:
+        step.run()
+    return step_ops(recorder, cell.micro_batch)
+
+
+def _stored(key: dict[str, Any]) -> Trace | None:
+    value = _DISK.get(key)
+    if value is None:
+        return None
+    try:
+        return Trace.from_json(value)
+    except (TypeError, KeyError, ValueError):  # passed the check, but not this layout's fields
+        return None
+
+
+def _trace_problem(value: Any) -> str | None:
+    """What makes a cached value no trace, or None (its fields are checked again as they are read)."""
+    if not isinstance(value, dict) or not isinstance(value.get("estimate"), dict) or "ops" not in value:
+        return "not a trace"
+    estimate = value["estimate"]
+    count = estimate.get("param_count")
+    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
+        return f"a trace with a parameter count of {count!r}"[:120]
+    peaks = estimate["traced"].get("tracked_peak_bytes") if isinstance(estimate.get("traced"), dict) else None
+    return byte_count_problem(peaks.get("total") if isinstance(peaks, dict) else None)
+
+
+_DISK = DiskCache("traces", sources=(*ESTIMATOR_SOURCES, "measure/ops.py", "measure/op_table.py"),
+                  check=_trace_problem)
