@@ -403,3 +403,33 @@ def test_the_written_tables_keep_their_committed_headers_from_declared_columns(t
     with pytest.raises(ValueError, match="stray"):
         write_csv([{"gpu": "L4", "stray": 1}], tmp_path / "u.csv", ("gpu", *ERROR_COLUMNS))
     assert not (tmp_path / "u.csv").exists()
+
+
+@pytest.mark.slow
+def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_are_settled_without_one(tmp_path,
+                                                                                                    monkeypatch):
+    """`bench plan` traces the line and the largest size proposed, and settles the sizes between by the chord
+    (`Traced.bounds`): each GPU still gets the largest power of two a full trace of its own fits, and the memory
+    it states is never below that trace's, and at most 18 MiB above it."""
+    from dataclasses import replace
+
+    from bench.memory.fit import memory_fit
+    from bench.memory.probe import estimated_peak_bytes
+    from bench.memory.estimate import CUDA_SEGMENT_BYTES
+    from bench.speed.predict import SETTLED_WITHIN_BYTES, PlanCandidates, Progress, plan_predictions
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
+    request = PlanCandidates(model="test_resnet", image_size=224, effective_batch=2 ** 15, precisions=("bf16",),
+                             gpus=("L4", "L40S", "A100-40GB", "H100-80GB", "H200", "B200"))
+    progress = Progress()
+    options = plan_predictions(request, progress=progress)
+    sizes = {option.cell.micro_batch for option in options}
+    assert len(sizes) >= 3 and progress.traces < 2 + len(sizes)  # some sizes were settled without a trace
+    for option in options:
+        m, gpu = option.cell.micro_batch, gpu_spec(option.prediction.gpu)
+        exact = estimated_peak_bytes(replace(option.cell, accum_steps=2), "cuda")[0]
+        assert 0 <= option.peak_reserved_bytes - exact <= SETTLED_WITHIN_BYTES + CUDA_SEGMENT_BYTES
+        assert memory_fit(exact, request.headroom, gpu.memory_gib).fits
+        if 2 * m <= request.effective_batch:
+            double = estimated_peak_bytes(replace(option.cell, micro_batch=2 * m, accum_steps=2), "cuda")[0]
+            assert not memory_fit(double, request.headroom, gpu.memory_gib).fits

@@ -35,7 +35,7 @@ from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.op_table import StepOps
 from bench.measure.utilization import utilization_pct
-from bench.memory.estimate import Estimate, FakeModels, whole_segments
+from bench.memory.estimate import CUDA_SEGMENT_BYTES, Estimate, FakeModels, whole_segments
 from bench.memory.estimate_grid import estimate_device, estimate_row
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 from bench.memory.probe import estimated_peak_bytes
@@ -48,6 +48,7 @@ from bench.results.store import PREDICTED_FOLDER, RunsFile, preflight, results_f
 from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, OpMix, StepTime, gpu_rates, op_mix, step_time
 from bench.speed.params import ModelFile, load_model_file
+from bench.units import MIB
 
 
 @dataclass(frozen=True)
@@ -226,8 +227,9 @@ def accumulation_loss(rows: list[dict]) -> list[dict]:
 
 TRACED_MICRO_BATCHES = (8, 16)
 MEMORY_METHOD = ("memory: the estimator's peak (fake-tensor trace, reserved, K = 2) at the chosen micro-batch, found on "
-                 f"the line through micro-batches {TRACED_MICRO_BATCHES} and checked by a trace of its own; + headroom "
-                 "against the GPU's nominal memory")
+                 f"the line through micro-batches {TRACED_MICRO_BATCHES} and checked by a trace of the largest size "
+                 "proposed; between traced sizes the chord bounds the peak (it is convex in the micro-batch), sizes it "
+                 "cannot settle are traced; + headroom against the GPU's nominal memory")
 DEFAULT_PRECISIONS = ("bf16", "fp16", "tf32")
 
 
@@ -268,9 +270,21 @@ class PlanCandidates:
                     **self.model_options)
 
 
+CONVEXITY_SLACK_BYTES = 2 * CUDA_SEGMENT_BYTES
+"""How far a traced peak may stand off the convex function of the micro-batch it samples: the reserved peak is
+rounded up to whole 2 MiB segments (and each tensor to 512-byte blocks, far less at the sizes planned)."""
+SETTLED_WITHIN_BYTES = 16 * MIB
+"""Bounds this close settle a size's peak without a trace of its own (0.1 % of a 16 GB GPU)."""
+
+
 @dataclass
 class Traced:
-    """The line through two traces (peak bytes and ops at any micro-batch), and full traces of the sizes chosen."""
+    """The line through two traces (peak bytes and ops at any micro-batch), and full traces of the sizes chosen.
+
+    The peak is the largest of the step's moments, each a sum of tensors affine in the micro-batch, so it is convex
+    in the micro-batch: between two traced sizes the chord lies on or above it, and a secant carried beyond its two
+    sizes lies on or below it (`bounds`, give or take `CONVEXITY_SLACK_BYTES`). A size whose bounds settle the
+    question needs no trace of its own."""
 
     low: tuple[int, float, StepOps]
     high: tuple[int, float, StepOps]
@@ -291,15 +305,55 @@ class Traced:
             self.checked[micro_batch] = known.get(micro_batch) or self.traced_peak(micro_batch)
         return self.checked[micro_batch]
 
-    def largest_fitting(self, capacity_gib: float, headroom: float, limit: int) -> int:
-        """The largest power-of-two micro-batch <= limit that divides `limit` and fits (0: none): the line's
-        answer (never too small: the line is at or below the peak at every power of two), checked by a trace and
-        halved until it fits."""
+    def bounds(self, micro_batch: int) -> tuple[float, float]:
+        """(lowest, highest) peak bytes at `micro_batch` that the traced sizes allow (equal where it was traced).
+
+        >>> flat = StepOps({}, 1)
+        >>> traced = Traced((8, 2e9, flat), (16, 3e9, flat), traced_peak=lambda m: 1e9 + m * 0.125e9)
+        >>> traced.peak_bytes(64) / 1e9
+        9.0
+        >>> [round(bound / 1e9, 3) for bound in traced.bounds(32)]  # the secant below, the chord above
+        [4.996, 5.004]
+        """
+        known = {self.low[0]: self.low[1], self.high[0]: self.high[1], **self.checked}
+        if micro_batch in known:
+            return known[micro_batch], known[micro_batch]
+        sizes = sorted(known)
+
+        def through(a: int, b: int) -> float:
+            return known[a] + (known[b] - known[a]) * (micro_batch - a) / (b - a)
+
+        below, above = [a for a in sizes if a < micro_batch], [b for b in sizes if b > micro_batch]
+        high = through(below[-1], above[0]) + CONVEXITY_SLACK_BYTES if below and above else float("inf")
+        secants = [through(a, b) for a, b in zip(sizes, sizes[1:]) if not a < micro_batch < b]
+        return max(max(secants, default=0.0) - CONVEXITY_SLACK_BYTES, 0.0), high
+
+    def settled_peak_bytes(self, micro_batch: int) -> float:
+        """The peak at `micro_batch`: traced, or the upper bound where the bounds lie within `SETTLED_WITHIN_BYTES`
+        (never below the trace's peak, at most that above it); otherwise traced now."""
+        low, high = self.bounds(micro_batch)
+        return high if high - low <= SETTLED_WITHIN_BYTES else self.peak_bytes(micro_batch)
+
+    def line_candidate(self, capacity_gib: float, headroom: float, limit: int) -> int:
+        """The largest power-of-two micro-batch <= limit that divides `limit` and fits on the line: never too small
+        (the line is at or below the peak at every power of two beyond the traced pair)."""
         m = 1
         while m * 2 <= limit and limit % (m * 2) == 0 and \
                 memory_fit(self.line_peak_bytes(m * 2), headroom, capacity_gib).fits:
             m *= 2
-        while m >= 1 and not memory_fit(self.peak_bytes(m), headroom, capacity_gib).fits:
+        return m
+
+    def largest_fitting(self, capacity_gib: float, headroom: float, limit: int) -> int:
+        """`line_candidate`, halved until it fits (0: none): settled by `bounds` where they can, by a trace where
+        they cannot."""
+        m = self.line_candidate(capacity_gib, headroom, limit)
+        while m >= 1:
+            low, high = self.bounds(m)
+            if memory_fit(high, headroom, capacity_gib).fits:
+                return m
+            if memory_fit(low, headroom, capacity_gib).fits and \
+                    memory_fit(self.peak_bytes(m), headroom, capacity_gib).fits:
+                return m
             m //= 2
         return m
 
@@ -342,6 +396,7 @@ def plan_predictions(request: PlanCandidates, on_trace: Callable[[str], None] | 
         for traced_precision in traced_precisions:
             began, traces_before = time.monotonic(), progress.traces
             traced = _trace_line(request, traced_precision, checkpointing, models, progress)
+            _trace_largest_candidate(request, traced, traced_precision)
             for precision in request.precisions:
                 if ("bf16" if precision == "fp16" else precision) != traced_precision:
                     continue
@@ -359,6 +414,26 @@ def plan_predictions(request: PlanCandidates, on_trace: Callable[[str], None] | 
                          f"({progress.traces - traces_before} traced, the rest from the cache; "
                          f"{time.monotonic() - began:.1f} s)")
     return predictions
+
+
+def _trace_largest_candidate(request: PlanCandidates, traced: Traced, traced_precision: str) -> None:
+    """Trace the largest micro-batch the line proposes to any GPU first: every other GPU's size then lies between two
+    traced sizes, where the chord settles most of them without a trace (`Traced.bounds`)."""
+    precisions = [p for p in request.precisions if ("bf16" if p == "fp16" else p) == traced_precision]
+    candidates = [traced.line_candidate(gpu_spec(gpu).memory_gib, request.headroom, per_gpu)
+                  for gpu in request.gpus if any(_has_peak(gpu, precision) for precision in precisions)
+                  for per_gpu in request.per_gpu_batches(gpu)]
+    largest = max(candidates, default=0)
+    if largest > traced.high[0]:
+        traced.peak_bytes(largest)
+
+
+def _has_peak(gpu: str, precision: str) -> bool:
+    try:
+        gpu_rates(gpu_spec(gpu), precision)
+    except NoDatasheetPeak:
+        return False
+    return True
 
 
 def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, models: FakeModels,
@@ -441,8 +516,8 @@ def _plan_prediction(request: PlanCandidates, traced: Traced, precision: str, ch
     prediction = predict_on(cell, ops, spec, model_file)
     basis = f"{prediction.basis}, {prediction.step.bound}-bound" + \
         ("; fp16 from the bf16 trace" if precision == "fp16" else "")
-    return PlanPrediction(cell, prediction, whole_segments(traced.peak_bytes(micro_batch)), traced.grads_bytes,
-                          basis)
+    return PlanPrediction(cell, prediction, whole_segments(traced.settled_peak_bytes(micro_batch)),
+                          traced.grads_bytes, basis)
 
 
 def _count(progress: Progress, why: str) -> None:
