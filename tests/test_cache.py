@@ -102,3 +102,22 @@ def test_estimate_probe_and_predict_read_one_trace_of_a_configuration(tmp_path, 
     assert not traced_now and peak == row["peak_reserved_bytes"] == predicted["peak_reserved_bytes"]
     assert predicted["status"] == "predicted" and predicted["samples_per_s"] > 0
     assert len(list((tmp_path / "traces").iterdir())) == 1
+
+
+@pytest.mark.slow
+def test_a_model_from_a_file_is_traced_again_once_the_file_changes(tmp_path, monkeypatch):
+    """The trace cache keys a file model by its code too: an edited factory never gets the old file's answer."""
+    from bench.memory.probe import estimated_peak_bytes
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    factory = "import torch.nn as nn\n\ndef net(num_classes, in_chans):\n    return nn.Sequential(nn.Conv2d(in_chans, {w}, 3), " \
+              "nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear({w}, num_classes))\n"
+    (tmp_path / "net.py").write_text(factory.format(w=4))
+    cell = _cell(model="net.py:net", precision="fp32", channels_last=False)
+    narrow, traced_now = estimated_peak_bytes(cell, "cuda")
+    assert traced_now and estimated_peak_bytes(cell, "cuda") == (narrow, False)
+    (tmp_path / "net.py").write_text(factory.format(w=4096))
+    assert estimated_peak_bytes(cell, "cuda")[1]  # traced again (this process keeps the module it imported first)
+    (tmp_path / "net.py").write_text(factory.format(w=4))
+    assert estimated_peak_bytes(cell, "cuda") == (narrow, False)  # the first file's trace, from the cache

@@ -14,6 +14,7 @@ there after the installed packages.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib.util
 import json
 import os
@@ -81,6 +82,29 @@ def model_problem(name: str) -> str | None:
     except ImportError as exc:  # a parent package is missing or fails to import
         return f"{name!r}: cannot import {target}: {exc}"
     return None if found else f"{name!r}: no module {target} (on sys.path or under {Path.cwd()})"
+
+
+def code_digest(name: str) -> str | None:
+    """A digest of the file that defines a module or file reference's factory: what a cached trace of the model
+    depends on beyond its name (None for timm and hf-hub models, whose code comes with the installed versions).
+    Only that file: an edit to a module it imports is not seen.
+
+    >>> code_digest("resnet50") is None
+    True
+    """
+    if not runs_code(name):
+        return None
+    target = name.rsplit(":", 1)[0]
+    try:
+        if kind_of(name) == "file":
+            path = Path(target)
+        else:
+            cwd_importable()
+            found = importlib.util.find_spec(target)
+            path = Path(found.origin) if found and found.origin else None
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path else "not found"
+    except (ImportError, OSError, ValueError) as exc:  # the trace itself then says what is wrong
+        return f"unreadable: {type(exc).__name__}"
 
 
 def parse_model_kwargs(text: str) -> str:

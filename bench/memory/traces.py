@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
 from bench.grid.cell import Cell
+from bench.grid.model_ref import code_digest
 from bench.measure.memory import TracedStep
 from bench.measure.op_table import StepOps, step_ops
 from bench.measure.ops import OpRecorder
@@ -57,7 +58,8 @@ class Trace:
 
 
 def trace_key(cell: Cell, target: Target) -> dict[str, Any]:
-    """What a trace depends on: the cell but its experiment, K capped at 2, and the target.
+    """What a trace depends on: the cell but its experiment, K capped at 2, the target, and for a model from a
+    module or a file, that file's digest (`code_digest`: an edited model is traced again).
 
     >>> cell = Cell(experiment="e", profile="cuda", model="m", image_size=32, micro_batch=4, accum_steps=8,
     ...             precision="bf16", checkpointing="off", optimizer="sgd", channels_last=False,
@@ -66,7 +68,9 @@ def trace_key(cell: Cell, target: Target) -> dict[str, Any]:
     True
     """
     capped = replace(cell, accum_steps=min(cell.accum_steps, 2))
-    return {"cell": {k: v for k, v in capped.to_dict().items() if k != "experiment"}, "target": target}
+    key = {"cell": {k: v for k, v in capped.to_dict().items() if k != "experiment"}, "target": target}
+    code = code_digest(cell.model)
+    return key if code is None else {**key, "model_code": code}
 
 
 def traced(cell: Cell, target: Target = "cuda", models: FakeModels | None = None) -> tuple[Trace, bool]:
