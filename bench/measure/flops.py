@@ -12,14 +12,15 @@ MFU's numerator and the recorder's total agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
-from bench.grid.model_ref import ModelSpec
+from bench.cache import DiskCache, byte_count_problem
+from bench.grid.model_ref import ModelSpec, code_digest
 from bench.train.models import build_model
 
 _COUNT_BATCH = 2  # every op here is linear in the batch; 2 keeps BatchNorm in training form
@@ -80,6 +81,17 @@ def conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _paddi
 
 @lru_cache(maxsize=None)
 def _count(spec: ModelSpec, checkpointing: str, backward: bool = True) -> float:
+    """FLOPs per sample, from the disk cache where an earlier command counted the same model (`bench.cache`)."""
+    key = {**asdict(spec), "checkpointing": checkpointing, "backward": backward, "model_code": code_digest(spec.name)}
+    stored = _COUNTS.get(key)
+    if stored is not None:
+        return float(stored)
+    flops = _count_on_meta(spec, checkpointing, backward)
+    _COUNTS.put(key, flops)
+    return flops
+
+
+def _count_on_meta(spec: ModelSpec, checkpointing: str, backward: bool) -> float:
     model = build_model(spec, checkpointing=checkpointing, device="meta")
     images = torch.empty(_COUNT_BATCH, *spec.input_shape, device="meta")
     labels = torch.zeros(_COUNT_BATCH, dtype=torch.long, device="meta")
@@ -91,3 +103,12 @@ def _count(spec: ModelSpec, checkpointing: str, backward: bool = True) -> float:
             with torch.no_grad():
                 model(images)
     return counting.get_total_flops() / _COUNT_BATCH
+
+
+def _count_problem(value: object) -> str | None:
+    """What makes a cached value no FLOP count, or None (as for a peak: a finite number above 0)."""
+    problem = byte_count_problem(value)
+    return problem and problem.replace("number of bytes", "FLOP count")
+
+
+_COUNTS = DiskCache("flop-counts", sources=("measure/flops.py", "train", "grid/model_ref.py"), check=_count_problem)
