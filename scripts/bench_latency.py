@@ -3,8 +3,8 @@ timed as a user runs it (a fresh process, wall time), cold and warm alternating 
 with the machine's load before and after each round. `make bench-latency` runs it.
 
 Targets (a quiet 2-core machine): every --help, --version and bad-input error under 1 s; `bench list` and
-`bench catalog` under 2 s; probe ResNet-50 <= 10 s cold and <= 2 s warm; plan ViT-L/16 <= 20 s cold and
-<= 3 s warm; estimate of the 90-cell ResNet-50 grid <= 60 s cold.
+`bench catalog` under 2 s; probe ResNet-50 <= 8 s cold and <= 1 s warm; plan ViT-L/16 <= 15 s cold and
+<= 2 s warm; estimate of the 90-cell ResNet-50 grid <= 60 s cold.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def commands(results: Path) -> list[Command]:
         Command("bench list (resnet50 grid, cuda profile)", ["list", "experiments/resnet50.toml", "--profile", "cuda"],
                 2.0, 2.0, rounds=3),
         Command("bench catalog --gpus", ["catalog", "--gpus"], 2.0, rounds=3),
-        Command("probe resnet50 --gpu A100-40GB", ["probe", "resnet50", "--gpu", "A100-40GB"], 10.0, 2.0, rounds=2),
+        Command("probe resnet50 --gpu A100-40GB", ["probe", "resnet50", "--gpu", "A100-40GB"], 8.0, 1.0, rounds=3),
         Command("plan vit_large_patch16_224 E=4096", ["plan", "vit_large_patch16_224", "--effective-batch", "4096",
-                                                      "--image-size", "224"], 20.0, 3.0, rounds=1),
+                                                      "--image-size", "224"], 15.0, 2.0, rounds=2),
         Command("estimate experiments/resnet50.toml (90 cells)", ["estimate", "experiments/resnet50.toml",
                                                                   "--results", str(results)], 60.0, None, rounds=1),
     ]

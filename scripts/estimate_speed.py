@@ -14,7 +14,8 @@ import time
 import torch
 
 from bench.grid.cell import Cell
-from bench.memory.estimate import FakeModels, estimate_cell
+from bench.memory.estimate import estimate_cell
+from bench.memory.fake_models import FakeModels
 from bench.units import GIB
 
 COMBINATIONS = (("bf16", "off", "adamw"), ("fp32", "off", "sgd"), ("bf16", "full", "adamw"))

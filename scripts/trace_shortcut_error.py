@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.grid.spec import load_grid
-from bench.memory.estimate import FakeModels
+from bench.memory.fake_models import FakeModels
 from bench.memory.traces import traced
 
 REPO = Path(__file__).resolve().parent.parent

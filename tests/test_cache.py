@@ -121,3 +121,14 @@ def test_a_model_from_a_file_is_traced_again_once_the_file_changes(tmp_path, mon
     assert estimated_peak_bytes(cell, "cuda")[1]  # traced again (this process keeps the module it imported first)
     (tmp_path / "net.py").write_text(factory.format(w=4))
     assert estimated_peak_bytes(cell, "cuda") == (narrow, False)  # the first file's trace, from the cache
+
+
+def test_a_stored_trace_holds_every_field_of_an_estimate():
+    """`bench.memory.traces` stores an `Estimate` without importing it (so a warm plan needs no torch): its list of
+    the fields must stay the class's."""
+    from dataclasses import fields
+
+    from bench.memory.estimate import Estimate
+    from bench.memory.traces import ESTIMATE_FIELDS
+
+    assert set(ESTIMATE_FIELDS) == {f.name for f in fields(Estimate) if f.init}

@@ -14,7 +14,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from bench.errors import ModelRefused
 from bench.grid.cell import Cell
 from bench.memory.cuda_attention import cuda_attention
-from bench.memory.estimate import FakeModels, estimate_cell
+from bench.memory.estimate import estimate_cell
+from bench.memory.fake_models import FakeModels
 
 _ENCODER = '''
 import torch

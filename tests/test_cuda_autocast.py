@@ -11,7 +11,8 @@ from timm.layers import Attention
 
 from bench.grid.cell import Cell
 from bench.memory.cuda_autocast import cuda_autocast_policy
-from bench.memory.estimate import FakeModels, estimate_cell
+from bench.memory.estimate import estimate_cell
+from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 from bench.memory.validate import (
     COLUMNS,

@@ -8,13 +8,9 @@ from conftest import bench_in_process, read_rows
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
-from bench.memory.estimate import (
-    CUDA_BLOCK_BYTES,
-    CUDA_SEGMENT_BYTES,
-    WORKSPACE_ALLOWANCE_BYTES,
-    FakeModels,
-    estimate_cell,
-)
+from bench.memory.allocator import CUDA_BLOCK_BYTES, CUDA_SEGMENT_BYTES
+from bench.memory.estimate import WORKSPACE_ALLOWANCE_BYTES, estimate_cell
+from bench.memory.fake_models import FakeModels
 from bench.results.schema import ESTIMATE_COLUMNS
 from bench.run.cell_measurement import CellTask, measure_cell
 

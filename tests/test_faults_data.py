@@ -237,15 +237,17 @@ def test_a_stored_peak_that_is_no_byte_count_is_recomputed_with_one_warning(valu
     assert capsys.readouterr().err.count("warning: ignoring cache file") == 1
 
 
-_TRACE_ESTIMATE = {"param_count": 10, "traced": {"tracked_peak_bytes": {"total": 100}}}
+_ESTIMATE = {name: 1 for name in ("target", "params_bytes", "param_count", "inputs_bytes", "workspace_bytes",
+                                   "attention")} | {"traced": {}}
+_TRACE = {"peak_bytes": 100, "param_count": 10, "estimate": _ESTIMATE, "ops": None}
 
 
-@pytest.mark.parametrize("value", [{}, float("nan"), "row", [], {"estimate": _TRACE_ESTIMATE},
-                                   {"estimate": {**_TRACE_ESTIMATE, "param_count": True}, "ops": None},
-                                   {"estimate": {**_TRACE_ESTIMATE, "traced": {"tracked_peak_bytes": {"total": -1}}},
-                                    "ops": None},
-                                   {"estimate": {**_TRACE_ESTIMATE, "traced": {"tracked_peak_bytes": 5}}, "ops": None}],
-                         ids=["empty", "nan", "text", "list", "no-ops", "bool-params", "negative-peak", "peak-not-dict"])
+@pytest.mark.parametrize("value", [{}, float("nan"), "row", [], {**_TRACE, "estimate": None},
+                                   {k: v for k, v in _TRACE.items() if k != "ops"}, {**_TRACE, "param_count": True},
+                                   {**_TRACE, "peak_bytes": -1}, {**_TRACE, "peak_bytes": float("nan")},
+                                   {**_TRACE, "estimate": {"traced": {}}}, {**_TRACE, "estimate": {**_ESTIMATE, "traced": 5}}],
+                         ids=["empty", "nan", "text", "list", "no-estimate", "no-ops", "bool-params", "negative-peak",
+                              "nan-peak", "estimate-fields-missing", "traced-not-dict"])
 def test_a_trace_entry_that_is_no_trace_is_recomputed_with_one_warning(value, cache, capsys):
     """Before: an estimate-rows entry of {} or NaN was a traceback in `bench estimate`; every command reads the one
     trace cache now (`bench.memory.traces`)."""

@@ -415,7 +415,7 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
 
     from bench.memory.fit import memory_fit
     from bench.memory.probe import estimated_peak_bytes
-    from bench.memory.estimate import CUDA_SEGMENT_BYTES
+    from bench.memory.allocator import CUDA_SEGMENT_BYTES
     from bench.speed.predict import SETTLED_WITHIN_BYTES, PlanCandidates, Progress, plan_predictions
 
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))

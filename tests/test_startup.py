@@ -96,3 +96,33 @@ def test_reading_rows_and_reporting_them_load_neither_torch_nor_the_estimator(tm
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["code"] == 0 and (folder / "REPORT.md").is_file()
     assert report["loaded"] == [], f"loaded to read and report rows: {report['loaded']}"
+
+
+WARM_ANSWER = textwrap.dedent("""
+    import json, sys
+    from bench.cli import main
+
+    code = main(sys.argv[1:])
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "timm", "torchvision"))
+    print(json.dumps({"code": code, "loaded": loaded[:5]}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ["plan", "test_resnet", "--effective-batch", "64", "--image-size", "32", "--gpu", "A100-40GB", "--gpu", "L4"],
+    ["probe", "test_vit", "--image-size", "32", "--gpu", "A100-40GB"],
+], ids=["plan", "probe"])
+def test_a_warm_plan_or_probe_answers_from_the_cache_without_torch(args, tmp_path):
+    """Everything a plan or a probe traced is in the cache (traces, FLOP counts, model checks and bounds): asked again,
+    it answers without importing torch or timm, in about a second instead of five."""
+    def answer() -> dict:
+        done = subprocess.run([sys.executable, "-c", WARM_ANSWER, *args], cwd=REPO,
+                              env={**os.environ, "BENCH_CACHE_DIR": str(tmp_path / "cache")},
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    cold, warm = answer(), answer()
+    assert cold["code"] == warm["code"] == 0 and cold["loaded"]  # the first answer traced
+    assert warm["loaded"] == [], f"loaded by a warm {args[0]}: {warm['loaded']}"

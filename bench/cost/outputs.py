@@ -53,7 +53,7 @@ def with_model_speeds(rows: list[MeasuredRow]) -> list[MeasuredRow]:
     projectable = [row for row in rows if row.projectable_by_model]
     if not projectable:
         return rows  # no GPU row: no trace, no torch
-    from bench.memory.estimate import FakeModels
+    from bench.memory.fake_models import FakeModels
     from bench.speed.predict import model_speeds
 
     models, speeds = FakeModels(), {}

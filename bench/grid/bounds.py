@@ -53,6 +53,9 @@ or any side from 16 with model_kwargs {"dynamic_img_size": true, "dynamic_img_pa
     """The patch embedding's patch (height, width), None for a model without one."""
     pads: bool
     """Whether the model pads a side to a multiple of the patch (timm's `dynamic_img_pad` with `dynamic_img_size`)."""
+    batch_norm: bool = False
+    """Whether the model normalises over the batch (BatchNorm): it cannot train on one sample once a layer's output
+    is 1x1 (its per-channel statistics then have a single value), so its smallest micro-batch is 2."""
 
     def checkpointing_problem(self, mode: str) -> str | None:
         """None when `mode` is one this model takes, else why not and what is allowed."""

@@ -1,4 +1,5 @@
 """FLOPs per sample from torch.utils.flop_counter, counted on the meta device: the one FLOP counter.
+A count is kept in the disk cache; torch is imported only to count.
 
 Counting on meta costs no compute and no memory, and attention is counted: on meta,
 scaled-dot-product attention decomposes into matmuls, whereas a real CPU run dispatches
@@ -15,13 +16,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-import torch
-import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
+from typing import TYPE_CHECKING
 
 from bench.cache import DiskCache, byte_count_problem
 from bench.grid.model_ref import ModelSpec, code_digest
-from bench.train.models import build_model
+
+if TYPE_CHECKING:
+    from torch.utils.flop_counter import FlopCounterMode
 
 _COUNT_BATCH = 2  # every op here is linear in the batch; 2 keeps BatchNorm in training form
 
@@ -62,12 +63,17 @@ def forward_flops_per_sample(model: str | ModelSpec, image_size: int) -> float:
 
 def counter() -> FlopCounterMode:
     """torch's FLOP counter with the grouped-convolution correction (`conv_backward_flops`)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
     return FlopCounterMode(display=False, custom_mapping={torch.ops.aten.convolution_backward: conv_backward_flops})
 
 
 def conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
                         _output_padding, groups, output_mask, out_shape, **kwargs) -> int:
     """torch's `conv_backward_flop` (on shapes), its weight-gradient term divided by the groups."""
+    from torch.utils.flop_counter import conv_flop_count
+
     def t(shape):
         return [shape[1], shape[0], *shape[2:]]
     flops = 0
@@ -92,6 +98,11 @@ def _count(spec: ModelSpec, checkpointing: str, backward: bool = True) -> float:
 
 
 def _count_on_meta(spec: ModelSpec, checkpointing: str, backward: bool) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    from bench.train.models import build_model
+
     model = build_model(spec, checkpointing=checkpointing, device="meta")
     images = torch.empty(_COUNT_BATCH, *spec.input_shape, device="meta")
     labels = torch.zeros(_COUNT_BATCH, dtype=torch.long, device="meta")

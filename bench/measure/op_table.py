@@ -1,4 +1,5 @@
-"""A step's recorded ops as tables (`OpRecorder`'s records by part), reused for every GPU and K.
+"""What the op recorder (`bench.measure.ops`) records of an op (`OpRecord`, its class), and a step's recorded ops
+as tables by part, reused for every GPU and K. Plain numbers: no torch here.
 
 Two micro-steps are traced: the first (gradients created) and the second (gradients accumulated
 into), then the update (optimizer step and zero_grad). A step with K micro-batches is the first
@@ -12,7 +13,31 @@ from typing import Iterable, Literal, get_args
 
 import numpy as np
 
-from bench.measure.ops import OpClass, OpRecord, OpRecorder
+OpClass = Literal["matmul", "conv", "grouped_conv", "attention", "norm", "reduction", "elementwise",
+                  "optimizer", "view"]
+COMPUTE_CLASSES: tuple[OpClass, ...] = ("matmul", "conv", "grouped_conv", "attention")
+"""Classes timed by FLOPs against a tensor-core or FMA peak (and by bytes, whichever is longer)."""
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One dispatched aten op."""
+
+    name: str
+    """The overload, e.g. `aten.convolution.default`."""
+    op_class: OpClass
+    flops: float
+    """torch.utils.flop_counter's count (2 per multiply-accumulate); 0 for ops it does not count."""
+    bytes_moved: int
+    """Bytes of every input tensor read plus every output tensor written."""
+    dtype: str
+    """The compute dtype: the first floating-point input's (`float16`, `float32`, ...)."""
+    channels_last: bool = False
+    """Convolutions: the input is in channels-last format."""
+    out_elements: int = 0
+    """Elements of every output tensor: a compute kernel's output tiles (its waves over the SMs), a
+    non-tensor kernel's work per SM. 0 for views."""
+
 
 Part = Literal["first_micro", "next_micro", "update"]
 PARTS: tuple[Part, ...] = get_args(Part)
@@ -130,12 +155,3 @@ class StepOps:
             raise ValueError("traced with one micro-step: it answers accum_steps 1 only")
         return OpTable.concat([self.parts["first_micro"], self.parts["next_micro"].scaled(accum_steps - 1),
                                self.parts["update"]])
-
-
-def step_ops(recorder: OpRecorder, micro_batch: int) -> StepOps:
-    """The recorded ops split at the end of each micro-step's backward."""
-    records = recorder.records
-    first = recorder.marks[("backward", 0)]
-    second = recorder.marks.get(("backward", 1), first)
-    return StepOps({"first_micro": OpTable.of(records[:first]), "next_micro": OpTable.of(records[first:second]),
-                    "update": OpTable.of(records[second:])}, micro_batch)

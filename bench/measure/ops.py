@@ -13,8 +13,7 @@ dispatches them) with class `view`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -22,11 +21,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from bench.measure.flops import conv_backward_flops
-
-OpClass = Literal["matmul", "conv", "grouped_conv", "attention", "norm", "reduction", "elementwise",
-                  "optimizer", "view"]
-COMPUTE_CLASSES: tuple[OpClass, ...] = ("matmul", "conv", "grouped_conv", "attention")
-"""Classes timed by FLOPs against a tensor-core or FMA peak (and by bytes, whichever is longer)."""
+from bench.measure.op_table import OpClass, OpRecord, OpTable, StepOps
 
 aten = torch.ops.aten
 _NO_KERNEL = {aten.detach, aten.alias, aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
@@ -44,26 +39,6 @@ _MATMUL = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten._addmm_activation}
 _CONV = {aten.convolution, aten.convolution_backward, aten._convolution}
 _CPU_SDPA = {aten._scaled_dot_product_flash_attention_for_cpu: sdpa_flop_count,
              aten._scaled_dot_product_flash_attention_for_cpu_backward: sdpa_backward_flop_count}
-
-
-@dataclass(frozen=True)
-class OpRecord:
-    """One dispatched aten op."""
-
-    name: str
-    """The overload, e.g. `aten.convolution.default`."""
-    op_class: OpClass
-    flops: float
-    """torch.utils.flop_counter's count (2 per multiply-accumulate); 0 for ops it does not count."""
-    bytes_moved: int
-    """Bytes of every input tensor read plus every output tensor written."""
-    dtype: str
-    """The compute dtype: the first floating-point input's (`float16`, `float32`, ...)."""
-    channels_last: bool = False
-    """Convolutions: the input is in channels-last format."""
-    out_elements: int = 0
-    """Elements of every output tensor: a compute kernel's output tiles (its waves over the SMs), a
-    non-tensor kernel's work per SM. 0 for views."""
 
 
 class OpRecorder(TorchDispatchMode):
@@ -173,3 +148,12 @@ def _bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor], mutable: boo
 def _tensor_bytes(tensor: torch.Tensor) -> int:
     # An expanded view reads its storage, not its numel: never more than the storage holds.
     return min(tensor.numel() * tensor.element_size(), tensor.untyped_storage().nbytes())
+
+
+def step_ops(recorder: OpRecorder, micro_batch: int) -> StepOps:
+    """The recorded ops split at the end of each micro-step's backward."""
+    records = recorder.records
+    first = recorder.marks[("backward", 0)]
+    second = recorder.marks.get(("backward", 1), first)
+    return StepOps({"first_micro": OpTable.of(records[:first]), "next_micro": OpTable.of(records[first:second]),
+                    "update": OpTable.of(records[second:])}, micro_batch)

@@ -15,23 +15,22 @@ in `CUDA_UNMODELLED` and in every row.
 from __future__ import annotations
 
 import contextlib
-import math
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol
+from typing import Callable, ContextManager, Iterator, Literal, Protocol
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools import mem_tracker
 
 from bench.frames import Tabular
 from bench.grid.cell import Cell
 from bench.measure.memory import TracedStep, param_bytes, trace_step
+from bench.memory.allocator import allocated, whole_segments
 from bench.memory.cuda_attention import cuda_attention, masks_without_values
 from bench.memory.cuda_autocast import cuda_autocast_policy
+from bench.memory.fake_models import FakeModels
 from bench.memory.untraceable import named_untraceable_op
-from bench.results.keys import SPLIT, configuration_key
-from bench.train.setup import cell_batch, cell_model, cell_optimizer
+from bench.train.setup import cell_batch, cell_optimizer
 from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
 from bench.units import MIB
 
@@ -46,12 +45,6 @@ class StepObserver(ContextManager, Protocol):
 
     def on_phase(self, phase: str, micro_step: int) -> None: ...
 
-# c10/cuda/CUDACachingAllocator.cpp: every block is a multiple of kMinBlockSize = 512 bytes
-# (round_size), and max_memory_allocated counts the rounded blocks.
-CUDA_BLOCK_BYTES = 512
-# Same file: memory is reserved in segments of kSmallBuffer = 2 MiB (small pool) or rounded
-# to kRoundLarge = 2 MiB (large pool), so reserved memory is a whole number of 2 MiB.
-CUDA_SEGMENT_BYTES = 2 * MIB
 # aten/src/ATen/cuda/CublasHandlePool.cpp (torch 2.14): the cuBLAS workspace defaults to ":4096:8" =
 # 32 MiB from compute capability 9.0 on (Hopper: H100, H200; Blackwell keeps it) and ":4096:2:16:8"
 # = 8 MiB + 128 KiB before; cuBLASLt shares cuBLAS's workspace (no second buffer). It comes from
@@ -176,35 +169,6 @@ def attention_kernel(cell: Cell, target: Target, capability: tuple[int, int] | N
     return "math"
 
 
-STEP_ONLY = (*SPLIT, "precision", "optimizer", "world_size", "ddp_sync", "loss_tracking", "zero_grad", "aux_loss",
-             "allocator", "compile", "trace_steps", "input", "loader_workers")
-"""The axes that leave the built model as it is (an axis not named here builds a model of its own: safe)."""
-
-
-class FakeModels:
-    """Fake-tensor models, built once per configuration of the model's own axes (model, input shape,
-    checkpointing, channels-last, attention, ...: every axis but `STEP_ONLY`).
-
-    Precision, optimizer and batch shape do not change the model, so a grid's cells share
-    it; each cell gets a fresh optimizer and starts with no gradients. A command's traces are kept beside them
-    (`bench.memory.traces`), so it asks the disk cache for each at most once.
-    """
-
-    def __init__(self) -> None:
-        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
-        self._models: dict[tuple, torch.nn.Module] = {}
-        self.traces: OrderedDict[str, Any] = OrderedDict()
-        """`bench.memory.traces.Trace` by its key, most recently used last."""
-
-    def get(self, cell: Cell) -> torch.nn.Module:
-        key = configuration_key(cell.to_dict(), ignore=STEP_ONLY)
-        if key not in self._models:
-            model = cell_model(cell, "meta")
-            with self.mode:
-                self._models[key] = model.to_empty(device="cpu")
-        return self._models[key]
-
-
 @dataclass(frozen=True)
 class FakeStep:
     """A cell's step, ready to run on fake tensors: `run(on_phase)` is the runner's step."""
@@ -296,7 +260,7 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
     return Estimate(
         target=target, traced=traced, params_bytes=param_bytes(step.model),
         param_count=sum(p.numel() for p in step.model.parameters()),
-        inputs_bytes=sum(_allocated(t.untyped_storage().nbytes(), cuda) for t in step.batch),
+        inputs_bytes=sum(allocated(t.untyped_storage().nbytes(), cuda) for t in step.batch),
         workspace_bytes=workspace_allowance_bytes(capability) if cuda else 0,
         attention=_traced_attention(cell, target, capability, step.attention_kernels),
     )
@@ -343,27 +307,10 @@ def _allocator_rounding(enabled: bool) -> Iterator[None]:
     original = info._calculate_mem_consumed
 
     def rounded(self) -> int:
-        return _allocated(self.size * self.element_size, True)
+        return allocated(self.size * self.element_size, True)
 
     info._calculate_mem_consumed = rounded
     try:
         yield
     finally:
         info._calculate_mem_consumed = original
-
-
-def _allocated(nbytes: int, cuda: bool) -> int:
-    return _round_up(nbytes, CUDA_BLOCK_BYTES) if cuda else nbytes
-
-
-def whole_segments(nbytes: float) -> int:
-    """`nbytes` as the CUDA allocator reserves it: whole 2 MiB segments (`CUDA_SEGMENT_BYTES`).
-
-    >>> whole_segments(1) // MIB, whole_segments(2 * MIB) // MIB, whole_segments(2 * MIB + 1) // MIB
-    (2, 2, 4)
-    """
-    return _round_up(nbytes, CUDA_SEGMENT_BYTES)
-
-
-def _round_up(nbytes: float, unit: int) -> int:
-    return math.ceil(nbytes / unit) * unit

@@ -18,13 +18,8 @@ import torch
 from bench.grid.cell import Cell
 from bench.grid.spec import Grid
 from bench.measure.device import DeviceInfo
-from bench.memory.estimate import (
-    CUDA_MODEL,
-    CUDA_UNMODELLED,
-    Estimate,
-    FakeModels,
-    Target,
-)
+from bench.memory.estimate import CUDA_MODEL, CUDA_UNMODELLED, Estimate, Target
+from bench.memory.fake_models import FakeModels
 from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
 from bench.memory.traces import traced

@@ -13,7 +13,7 @@ import os
 import textwrap
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from bench.errors import BadInput
 from bench.frames import Tabular
@@ -21,14 +21,14 @@ from bench.grid.cell import Cell, Profile, axes, probe_options
 from bench.grid.model_ref import ModelSpec
 from bench.isolation import fork_server
 from bench.measure.device import DeviceInfo
-from bench.measure.peak import PeakFlops
 from bench.memory.budget import Budget
-from bench.memory.estimate import FakeModels, Target
+from bench.memory.fake_models import FakeModels
 from bench.memory.traces import traced
-from bench.run.cell_measurement import CellTask
-from bench.run.cell_process import run_isolated
-from bench.train.models import has_batch_norm
+from bench.train.model_bounds import bounds_of
 from bench.units import MIB, gib, percent
+
+if TYPE_CHECKING:
+    from bench.memory.estimate import Target
 
 MAX_MICRO_BATCH = 65536
 """The search stops here even if everything fits."""
@@ -123,7 +123,8 @@ class ProbeConfig:
     @property
     def smallest_micro_batch(self) -> int:
         """2 for a BatchNorm model (one sample has no batch statistics to train on), else 1."""
-        return 2 if has_batch_norm(ModelSpec.of(self.base)) else 1
+        bounds = bounds_of(self.base)  # a model that cannot be built says so at its first trace
+        return 2 if bounds and bounds.batch_norm else 1
 
     def describe(self) -> str:
         """`resnet50 224px fp32 ckpt off adamw, K=1`, plus the axes away from their default."""
@@ -311,6 +312,10 @@ def _line_guess(needs: dict[int, float], budget_bytes: float, smallest: int) -> 
 def trial_on_device(config: ProbeConfig, device: DeviceInfo, memory_limit_gib: float | None,
                     timeout_s: float) -> Fits:
     """A `fits` that runs one cell in a fresh child process: ok fits, oom does not, anything else raises."""
+    from bench.measure.peak import PeakFlops  # a trial runs the measurement stack; an estimate needs none of it
+    from bench.run.cell_measurement import CellTask
+    from bench.run.cell_process import run_isolated
+
     context = fork_server()
     peak = PeakFlops(None, "probe: throughput not measured")
 

@@ -12,49 +12,64 @@ other, and a command reads each from disk once.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
 from bench.grid.cell import Cell
 from bench.grid.model_ref import code_digest
-from bench.measure.memory import TracedStep
-from bench.measure.op_table import StepOps, step_ops
-from bench.measure.ops import OpRecorder
-from bench.memory.estimate import Estimate, FakeModels, Target, estimate_cell, fake_step
+from bench.measure.op_table import StepOps
+from bench.memory.fake_models import FakeModels
+
+if TYPE_CHECKING:
+    from bench.memory.estimate import Estimate, Target
 
 IN_PROCESS_TRACES = 32
 """Traces a command keeps in memory besides the disk cache (a ViT-L/16 trace's ops take a few MB)."""
 
 
+ESTIMATE_FIELDS = ("target", "traced", "params_bytes", "param_count", "inputs_bytes", "workspace_bytes", "attention")
+"""`Estimate`'s fields, as a stored trace holds them (a test checks them against the class)."""
+
+
 @dataclass(frozen=True)
 class Trace:
-    """A cell's step on fake tensors: its memory on the target and, for a CUDA target, its ops."""
+    """A cell's step on fake tensors: its memory on the target and, for a CUDA target, its ops. What the planner
+    reads (the peak, the parameter count, the ops) needs no torch; `estimate` builds the full `Estimate`."""
 
-    estimate: Estimate
+    peak_bytes: float
+    """What a probe compares with a budget: predicted `max_memory_reserved` on CUDA, tracked tensors plus inputs
+    on a CPU."""
+    param_count: int
     ops: StepOps | None
     """None for a CPU target (the throughput model predicts CUDA GPUs only)."""
+    estimate_fields: dict[str, Any] = field(repr=False, compare=False)
+    """`Estimate`'s fields as plain values (`ESTIMATE_FIELDS`; its `traced` as a dict)."""
 
-    @property
-    def peak_bytes(self) -> float:
-        """What a probe compares with a budget: predicted `max_memory_reserved` on CUDA, tracked tensors plus
-        inputs on a CPU."""
-        estimate = self.estimate
-        return float(estimate.peak_reserved_bytes if estimate.target == "cuda"
-                     else estimate.peak_bytes + estimate.inputs_bytes)
+    @classmethod
+    def of(cls, estimate: Estimate, ops: StepOps | None) -> Trace:
+        peak = estimate.peak_reserved_bytes if estimate.target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes
+        values = {name: getattr(estimate, name) for name in ESTIMATE_FIELDS}
+        return cls(float(peak), estimate.param_count, ops, {**values, "traced": asdict(estimate.traced)})
+
+    @cached_property
+    def estimate(self) -> Estimate:
+        from bench.measure.memory import TracedStep
+        from bench.memory.estimate import Estimate
+
+        return Estimate(**{**self.estimate_fields, "traced": TracedStep(**self.estimate_fields["traced"])})
 
     def to_json(self) -> dict:
-        estimate = {f.name: getattr(self.estimate, f.name) for f in fields(Estimate) if f.init}
-        return {"estimate": {**estimate, "traced": asdict(self.estimate.traced)},
+        return {"peak_bytes": self.peak_bytes, "param_count": self.param_count, "estimate": self.estimate_fields,
                 "ops": None if self.ops is None else self.ops.to_json()}
 
     @classmethod
     def from_json(cls, data: dict) -> Trace:
         """Raises KeyError, TypeError or ValueError for data of another layout."""
-        estimate = dict(data["estimate"])
-        estimate["traced"] = TracedStep(**estimate["traced"])
         ops = data["ops"]
-        return cls(Estimate(**estimate), None if ops is None else StepOps.from_json(ops))
+        return cls(float(data["peak_bytes"]), int(data["param_count"]), None if ops is None else StepOps.from_json(ops),
+                   dict(data["estimate"]))
 
 
 def trace_key(cell: Cell, target: Target) -> dict[str, Any]:
@@ -94,11 +109,14 @@ def traced(cell: Cell, target: Target = "cuda", models: FakeModels | None = None
 
 
 def _trace(cell: Cell, target: Target, models: FakeModels | None) -> Trace:
+    from bench.measure.ops import OpRecorder, step_ops
+    from bench.memory.estimate import estimate_cell
+
     if target != "cuda":
-        return Trace(estimate_cell(cell, target, models), None)
+        return Trace.of(estimate_cell(cell, target, models), None)
     recorder = OpRecorder()
     estimate = estimate_cell(cell, target, models, observer=recorder)
-    return Trace(estimate, step_ops(recorder, cell.micro_batch))
+    return Trace.of(estimate, step_ops(recorder, cell.micro_batch))
 
 
 def trace_step_ops(cell: Cell, models: FakeModels | None = None) -> StepOps:
@@ -114,6 +132,9 @@ def trace_step_ops(cell: Cell, models: FakeModels | None = None) -> StepOps:
         >>> int(ops.for_step(4).count.sum()) > int(ops.for_step(1).count.sum())
         True
     """
+    from bench.measure.ops import OpRecorder, step_ops
+    from bench.memory.estimate import fake_step
+
     recorder = OpRecorder()
     with fake_step(cell, "cuda", models, min(cell.accum_steps, 2), recorder.on_phase) as step, recorder:
         step.run()
@@ -131,15 +152,16 @@ def _stored(key: dict[str, Any]) -> Trace | None:
 
 
 def _trace_problem(value: Any) -> str | None:
-    """What makes a cached value no trace, or None (its fields are checked again as they are read)."""
+    """What makes a cached value no trace, or None (its ops are checked again as they are read)."""
     if not isinstance(value, dict) or not isinstance(value.get("estimate"), dict) or "ops" not in value:
         return "not a trace"
-    estimate = value["estimate"]
-    count = estimate.get("param_count")
+    count = value.get("param_count")
     if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
         return f"a trace with a parameter count of {count!r}"[:120]
-    peaks = estimate["traced"].get("tracked_peak_bytes") if isinstance(estimate.get("traced"), dict) else None
-    return byte_count_problem(peaks.get("total") if isinstance(peaks, dict) else None)
+    estimate = value["estimate"]
+    if set(estimate) != set(ESTIMATE_FIELDS) or not isinstance(estimate["traced"], dict):
+        return "a trace without an estimate's fields"
+    return byte_count_problem(value.get("peak_bytes"))
 
 
 _DISK = DiskCache("traces", sources=(*ESTIMATOR_SOURCES, "measure/ops.py", "measure/op_table.py"),

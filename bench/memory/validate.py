@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pandas as pd
-from timm.utils import decay_batch_step
 
 from bench.grid.cell import Cell
 from bench.grid.model_ref import kind_of
-from bench.memory.estimate import FakeModels, estimate_cell
+from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "reference" / "timm_rtx3090_train_amp.csv"
@@ -51,6 +50,8 @@ def decay_sequence(start: int = START_BATCH) -> list[int]:
     >>> decay_sequence()[:9]
     [512, 384, 256, 192, 128, 96, 64, 48, 32]
     """
+    from timm.utils import decay_batch_step
+
     sizes = [start]
     while sizes[-1] > 1:
         sizes.append(decay_batch_step(sizes[-1]))
@@ -130,6 +131,8 @@ def sample_order(found: list[Observation], seed: int = 0) -> list[Observation]:
 def _estimate(observation: Observation, models: FakeModels) -> dict:
     cell = validation_cell(observation.model, observation.image_size, observation.batch_size,
                            observation.memory_format == "channels_last")
+    from bench.memory.estimate import estimate_cell  # the estimating half loads torch; the agreement needs none
+
     began = time.monotonic()
     try:
         estimate = estimate_cell(cell, "cuda", models, capability=RTX3090_CAPABILITY)

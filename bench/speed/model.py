@@ -35,9 +35,8 @@ import numpy as np
 
 from bench.errors import BadInput
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec
-from bench.measure.ops import COMPUTE_CLASSES
 from bench.speed.params import SpeedParams
-from bench.measure.op_table import DTYPES, OP_CLASSES, OpTable
+from bench.measure.op_table import COMPUTE_CLASSES, DTYPES, OP_CLASSES, OpTable
 
 Bound = Literal["compute", "memory", "non-tensor", "overhead"]
 OpMix = Literal["matmul", "conv", "grouped-conv"]

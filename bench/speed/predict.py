@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
@@ -35,20 +35,21 @@ from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec, gpu_keys, gpu_spec
 from bench.measure.op_table import StepOps
 from bench.measure.utilization import utilization_pct
-from bench.memory.estimate import CUDA_SEGMENT_BYTES, Estimate, FakeModels, whole_segments
-from bench.memory.estimate_grid import estimate_device, estimate_row
+from bench.memory.allocator import CUDA_SEGMENT_BYTES, whole_segments
+from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
-from bench.memory.probe import estimated_peak_bytes
 from bench.memory.traces import traced
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
-from bench.results.rows import cell_row, failure, failure_from
 from bench.results.schema import PREDICTED_COLUMNS
 from bench.results.store import PREDICTED_FOLDER, RunsFile, preflight, results_folder
 from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, OpMix, StepTime, gpu_rates, op_mix, step_time
 from bench.speed.params import ModelFile, load_model_file
 from bench.units import MIB
+
+if TYPE_CHECKING:
+    from bench.memory.estimate import Estimate
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,9 @@ def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None 
                    stamp: dict | None = None) -> list[dict]:
     """`cell`'s rows, one per GPU: predicted, or skipped (no datasheet figure), or one error for all; `stamp` is
     the provenance they carry."""
+    from bench.memory.estimate_grid import estimate_device  # the row builders load torch: bench plan needs neither
+    from bench.results.rows import cell_row, failure, failure_from
+
     model = load_model_file()
     device = estimate_device("cuda")
     started, began = utc_now(), time.monotonic()
@@ -147,6 +151,8 @@ def predicted_rows(cell: Cell, gpus: tuple[str, ...], models: FakeModels | None 
 
 
 def _memory_columns(cell: Cell, estimate: Estimate) -> dict:
+    from bench.memory.estimate_grid import estimate_row
+
     row = estimate_row(cell, estimate)
     if cell.accum_steps > 2:
         row["estimate_method"] += "; traced with K = 2 (later micro-steps repeat the second's memory)"
@@ -440,14 +446,14 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
                 progress: Progress) -> Traced:
     points = []
     for micro_batch in TRACED_MICRO_BATCHES:
-        peak, ops, params, traced = _cached_trace(request.cell(micro_batch, precision, checkpointing), models)
-        progress.traces += traced
+        peak, ops, params, fresh = _cached_trace(request.cell(micro_batch, precision, checkpointing), models)
+        progress.traces += fresh
         points.append((micro_batch, peak, ops))
 
     def traced_peak(micro_batch: int) -> float:
-        peak, traced = estimated_peak_bytes(request.cell(micro_batch, precision, checkpointing), "cuda", models)
-        progress.traces += traced
-        return peak
+        trace, fresh = traced(request.cell(micro_batch, precision, checkpointing), "cuda", models)
+        progress.traces += fresh
+        return trace.peak_bytes
 
     return Traced(*points, traced_peak=traced_peak, grads_bytes=params * BYTES_PER_GRADIENT)
 
@@ -455,7 +461,7 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
 def _cached_trace(cell: Cell, models: FakeModels) -> tuple[float, StepOps, int, bool]:
     """(reserved peak bytes, ops, parameter count, whether it was traced now) of `cell` (`bench.memory.traces`)."""
     trace, fresh = traced(cell, "cuda", models)
-    return trace.peak_bytes, trace.ops, trace.estimate.param_count, fresh
+    return trace.peak_bytes, trace.ops, trace.param_count, fresh
 
 
 def _ops_at(cell: Cell, models: FakeModels) -> StepOps:

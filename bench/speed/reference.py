@@ -35,7 +35,7 @@ import torch
 
 from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_keys
-from bench.memory.estimate import FakeModels
+from bench.memory.fake_models import FakeModels
 from bench.measure.ops import OpRecorder
 from bench.measure.op_table import DTYPES, OP_CLASSES, OpTable
 from bench.memory.traces import trace_step_ops

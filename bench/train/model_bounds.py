@@ -58,7 +58,7 @@ def model_bounds(model: str, model_kwargs: str = "{}", in_chans: int = 3, num_cl
     (a code model is never read from the disk cache: its file may have changed).
 
     >>> model_bounds("test_vit")
-    ModelBounds(blocks=6, full_checkpointing=True, patch=(16, 16), pads=False)
+    ModelBounds(blocks=6, full_checkpointing=True, patch=(16, 16), pads=False, batch_norm=False)
     """
     key = {"model": model, "model_kwargs": model_kwargs, "in_chans": in_chans, "num_classes": num_classes}
     return _cached_bounds(json.dumps(key, sort_keys=True))
@@ -75,12 +75,13 @@ def _cached_bounds(key_text: str) -> ModelBounds | None:
     stored = store.get(key) if store else None
     if stored is not None:
         return ModelBounds(stored["blocks"], stored["full_checkpointing"],
-                           tuple(stored["patch"]) if stored["patch"] else None, stored["pads"])
+                           tuple(stored["patch"]) if stored["patch"] else None, stored["pads"], stored["batch_norm"])
     bounds = _built_bounds(ModelSpec(key["model"], _BUILD_SIZE, 0, key["in_chans"], key["num_classes"],
                                      key["model_kwargs"]))
     if store and bounds:
         store.put(key, {"blocks": bounds.blocks, "full_checkpointing": bounds.full_checkpointing,
-                        "patch": list(bounds.patch) if bounds.patch else None, "pads": bounds.pads})
+                        "patch": list(bounds.patch) if bounds.patch else None, "pads": bounds.pads,
+                        "batch_norm": bounds.batch_norm})
     return bounds
 
 
@@ -89,11 +90,11 @@ def _cached_bounds_problem(value: Any) -> str | None:
     def whole(number: Any, least: int) -> bool:
         return isinstance(number, int) and not isinstance(number, bool) and number >= least
 
-    if not isinstance(value, dict) or set(value) != {"blocks", "full_checkpointing", "patch", "pads"}:
+    if not isinstance(value, dict) or set(value) != {"blocks", "full_checkpointing", "patch", "pads", "batch_norm"}:
         return "not a model's bounds"
     patch = value["patch"]
     if not (whole(value["blocks"], 0) and isinstance(value["full_checkpointing"], bool)
-            and isinstance(value["pads"], bool)
+            and isinstance(value["pads"], bool) and isinstance(value["batch_norm"], bool)
             and (patch is None or isinstance(patch, list) and len(patch) == 2 and all(whole(n, 1) for n in patch))):
         return f"not a model's bounds: {value!r}"[:160]
     return None
@@ -103,7 +104,7 @@ def _built_bounds(spec: ModelSpec) -> ModelBounds | None:
     import torch
 
     from bench.train.model_build import create
-    from bench.train.models import checkpoint_slots
+    from bench.train.models import checkpoint_slots, has_batch_norm_layer
 
     try:
         with torch.device("meta"):
@@ -118,4 +119,5 @@ def _built_bounds(spec: ModelSpec) -> ModelBounds | None:
     # timm pads a side to a multiple of the patch only with dynamic_img_pad, and the position embedding then
     # follows only when the size is dynamic too (strict_img_size off)
     pads = bool(getattr(embed, "dynamic_img_pad", False)) and not getattr(embed, "strict_img_size", True)
-    return ModelBounds(len(checkpoint_slots(model)), hasattr(model, "set_grad_checkpointing"), patch, pads)
+    return ModelBounds(len(checkpoint_slots(model)), hasattr(model, "set_grad_checkpointing"), patch, pads,
+                       has_batch_norm_layer(model))

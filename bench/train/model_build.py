@@ -1,6 +1,7 @@
 """Building the model a reference names (`bench.grid.model_ref`): timm's `create_model` for timm and hf-hub names,
 the named function for a module path or a file; and one forward on the meta device, so a model that is not an
-image classifier for its input is refused in one line, not a traceback.
+image classifier for its input is refused in one line, not a traceback. A model that passed is kept in the disk
+cache (keyed by its spec and, for a module or file model, its code): torch and timm load only to build one.
 """
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ import json
 import sys
 from functools import cache
 from pathlib import Path
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from bench.cache import DiskCache
 from bench.errors import BadInput, ModelRefError
-from bench.grid.model_ref import ModelSpec, cwd_importable, hub_local_dir, kind_of
+from bench.grid.model_ref import ModelSpec, code_digest, cwd_importable, hub_local_dir, kind_of
+
+if TYPE_CHECKING:
+    import torch
 
 _CHECK_BATCH = 2  # BatchNorm in training mode needs more than one sample
 
 
 def create(spec: ModelSpec) -> torch.nn.Module:
     """Build the model (random weights, on the current default device); ModelRefError when it cannot be."""
+    import torch
+
     kwargs = json.loads(spec.model_kwargs)
     if kind_of(spec.name) in ("timm", "hf-hub"):
         model = _timm_model(spec, kwargs)
@@ -39,7 +45,18 @@ def create(spec: ModelSpec) -> torch.nn.Module:
 def check_classifier(spec: ModelSpec) -> None:
     """Build the model and run one forward on the meta device (no weights, no compute): ModelRefError naming the
     model, the input tried and the exception when it fails, or when the output is not one logit per class.
-    Costs what building the model costs, for a model of any size."""
+    Costs what building the model costs, for a model of any size, once: a model that passed is not checked again.
+    """
+    key = {**asdict(spec), "model_code": code_digest(spec.name)}
+    if _PASSED.get(key):
+        return
+    _check_on_meta(spec)
+    _PASSED.put(key, True)
+
+
+def _check_on_meta(spec: ModelSpec) -> None:
+    import torch
+
     tried = f"a synthetic {spec.describe_input(_CHECK_BATCH)} float32 batch"
     try:
         with torch.device("meta"):
@@ -120,8 +137,10 @@ def _file_module(path: str) -> Any:
     return module
 
 
-
-
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return (lines[0] if lines else repr(exc))[:300]
+
+
+_PASSED = DiskCache("model-checks", sources=("train/model_build.py", "train/models.py", "grid/model_ref.py"),
+                    check=lambda value: None if value is True else "not a passed check")

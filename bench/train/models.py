@@ -47,15 +47,13 @@ def build_model(name: str | ModelSpec, image_size: int | None = None, *, checkpo
     return model.train()
 
 
-def has_batch_norm(name: str | ModelSpec, image_size: int | None = None) -> bool:
-    """Whether the model normalises over the batch (BatchNorm), which cannot train on one sample
-    once a layer's output is 1x1: its per-channel statistics then have a single value.
+def has_batch_norm_layer(model: torch.nn.Module) -> bool:
+    """Whether the model normalises over the batch (BatchNorm; `bench.grid.bounds.ModelBounds.batch_norm`).
 
-    >>> has_batch_norm("test_resnet", 32), has_batch_norm("test_vit", 32)
-    (True, False)
+    >>> with torch.device("meta"):
+    ...     [has_batch_norm_layer(create(_spec(name, 32))) for name in ("test_resnet", "test_vit")]
+    [True, False]
     """
-    with torch.device("meta"):  # the layer types only: no weights allocated
-        model = create(_spec(name, image_size))
     return any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in model.modules())
 
 
