@@ -104,3 +104,29 @@ def test_estimate_of_a_missing_grid_is_one_line_and_exit_2(tmp_path, capfd):
     result = bench_in_process(capfd, "estimate", str(tmp_path / "nowhere.toml"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"bench: {tmp_path / 'nowhere.toml'}: no such grid file"
+
+
+@pytest.mark.parametrize("optimizer, precision, zero_grad", [("adamw", "bf16", "none"), ("sgd", "fp32", "zeros"),
+                                                             ("adamw", "fp32", "zeros")])
+def test_the_fake_warm_up_leaves_what_a_real_warm_up_step_leaves(optimizer, precision, zero_grad):
+    """The estimator's warm-up steps the optimizer on zero gradients instead of running a forward and backward (a
+    third of a trace): the optimizer state and the gradients it leaves must be a real warm-up step's."""
+    from bench.memory.estimate import fake_step
+    from bench.train.setup import cell_batch, cell_model, cell_optimizer
+    from bench.train.step import train_step
+
+    cell = Cell(experiment="e", profile="cpu", model="test_resnet", image_size=32, micro_batch=2, accum_steps=1,
+                precision=precision, checkpointing="off", optimizer=optimizer, channels_last=False, warmup_steps=1,
+                measured_steps=1, zero_grad=zero_grad)
+
+    def left(model, opt) -> tuple:
+        state = [sorted((k, tuple(v.shape), v.dtype) for k, v in opt.state[p].items() if hasattr(v, "shape"))
+                 for p in model.parameters()]
+        return state, [None if p.grad is None else (tuple(p.grad.shape), p.grad.dtype) for p in model.parameters()]
+
+    with fake_step(cell, "cpu", FakeModels()) as step:
+        fake = left(step.model, step.optimizer)
+    model = cell_model(cell, "cpu")
+    real_optimizer = cell_optimizer(cell, model)
+    train_step(model, real_optimizer, [cell_batch(cell, "cpu")], precision, zero_grad=zero_grad)
+    assert fake == left(model, real_optimizer) and fake[0][0]  # the state exists

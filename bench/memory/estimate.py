@@ -31,7 +31,7 @@ from bench.memory.cuda_autocast import cuda_autocast_policy
 from bench.memory.fake_models import FakeModels
 from bench.memory.untraceable import named_untraceable_op
 from bench.train.setup import cell_batch, cell_optimizer
-from bench.train.step import PhaseHook, configure_precision, grad_scaler_for, train_step
+from bench.train.step import PhaseHook, apply_update, configure_precision, grad_scaler_for, train_step
 from bench.units import MIB
 
 Target = Literal["cuda", "cpu"]
@@ -225,10 +225,15 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
             return train_step(model, optimizer, micro_batches, cell.precision, scaler, hooks,
                               **cell.step_options)
 
-        # One warm-up step, as the runner's warm-up leaves it: optimizer state exists, and gradients
-        # are None (or zeros, with zero_grad="zeros").
-        # One micro-batch suffices for that, and costs 1/K of the full step.
-        train_step(model, optimizer, micro_batches[:1], cell.precision, scaler, **cell.step_options)
+        # The runner's warm-up leaves optimizer state, and gradients None (or zeros, with zero_grad="zeros"). The
+        # state depends on the parameters alone, so one update on zero gradients makes it, without the forward and
+        # backward the warm-up runs (a third of a trace's ops; the estimates are the same, `tests/test_estimate.py`).
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.grad = torch.zeros_like(parameter)
+        if scaler:
+            scaler.scale(torch.zeros(()))  # its scale and growth tracker, as a warm-up's backward makes them
+        apply_update(optimizer, scaler, zero_grad=cell.step_options.get("zero_grad", "none"))
         yield FakeStep(model, optimizer, batch, run_step, kernels)
 
 
