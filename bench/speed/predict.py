@@ -277,8 +277,8 @@ class PlanCandidates:
 
 
 CONVEXITY_SLACK_BYTES = 2 * CUDA_SEGMENT_BYTES
-"""How far a traced peak may stand off the convex function of the micro-batch it samples: the reserved peak is
-rounded up to whole 2 MiB segments (and each tensor to 512-byte blocks, far less at the sizes planned)."""
+"""How far the tensors' rounding to 512-byte blocks may bend the peak off a convex function of the micro-batch
+(a few thousand live tensors at most), with room to spare."""
 SETTLED_WITHIN_BYTES = 16 * MIB
 """Bounds this close settle a size's peak without a trace of its own (0.1 % of a 16 GB GPU)."""
 
@@ -300,10 +300,6 @@ class Traced:
     """fp32 gradients of every parameter: what DDP all-reduces on a multi-GPU instance."""
     checked: dict[int, float] = field(default_factory=dict)
 
-    def line_peak_bytes(self, micro_batch: int) -> float:
-        (m1, p1, _), (m2, p2, _) = self.low, self.high
-        return p1 + (p2 - p1) * (micro_batch - m1) / (m2 - m1)
-
     def peak_bytes(self, micro_batch: int) -> float:
         """The traced peak at `micro_batch` (each size traced once)."""
         if micro_batch not in self.checked:
@@ -319,20 +315,21 @@ class Traced:
         >>> traced.peak_bytes(64) / 1e9
         9.0
         >>> [round(bound / 1e9, 3) for bound in traced.bounds(32)]  # the secant below, the chord above
-        [4.996, 5.004]
+        [4.99, 5.004]
         """
-        known = {self.low[0]: self.low[1], self.high[0]: self.high[1], **self.checked}
+        known = self._known()
         if micro_batch in known:
             return known[micro_batch], known[micro_batch]
         sizes = sorted(known)
-
-        def through(a: int, b: int) -> float:
-            return known[a] + (known[b] - known[a]) * (micro_batch - a) / (b - a)
-
         below, above = [a for a in sizes if a < micro_batch], [b for b in sizes if b > micro_batch]
-        high = through(below[-1], above[0]) + CONVEXITY_SLACK_BYTES if below and above else float("inf")
-        secants = [through(a, b) for a, b in zip(sizes, sizes[1:]) if not a < micro_batch < b]
-        return max(max(secants, default=0.0) - CONVEXITY_SLACK_BYTES, 0.0), high
+        # A traced peak is rounded up to a whole segment, so a chord errs high (still a bound) ...
+        high = _through(known, below[-1], above[0], micro_batch) + CONVEXITY_SLACK_BYTES if below and above \
+            else float("inf")
+        secants = [_secant_floor(known, a, b, micro_batch) for a, b in zip(sizes, sizes[1:]) if not a < micro_batch < b]
+        return max(max(secants, default=0.0), 0.0), high
+
+    def _known(self) -> dict[int, float]:
+        return {self.low[0]: self.low[1], self.high[0]: self.high[1], **self.checked}
 
     def settled_peak_bytes(self, micro_batch: int) -> float:
         """The peak at `micro_batch`: traced, or the upper bound where the bounds lie within `SETTLED_WITHIN_BYTES`
@@ -343,9 +340,10 @@ class Traced:
     def line_candidate(self, capacity_gib: float, headroom: float, limit: int) -> int:
         """The largest power-of-two micro-batch <= limit that divides `limit` and fits on the line: never too small
         (the line is at or below the peak at every power of two beyond the traced pair)."""
+        known, (a, b) = self._known(), (self.low[0], self.high[0])
         m = 1
         while m * 2 <= limit and limit % (m * 2) == 0 and \
-                memory_fit(self.line_peak_bytes(m * 2), headroom, capacity_gib).fits:
+                memory_fit(_secant_floor(known, a, b, m * 2), headroom, capacity_gib).fits:
             m *= 2
         return m
 
@@ -365,6 +363,17 @@ class Traced:
 
     def ops(self, micro_batch: int) -> StepOps:
         return self.low[2].at_micro_batch(self.high[2], micro_batch)
+
+
+def _through(known: dict[int, float], a: int, b: int, m: int) -> float:
+    return known[a] + (known[b] - known[a]) * (m - a) / (b - a)
+
+
+def _secant_floor(known: dict[int, float], a: int, b: int, m: int) -> float:
+    """A floor on the peak at `m` outside [a, b]: the secant through the traced a and b, less what their rounding up to
+    whole segments can tilt it there (a segment per width of the pair `m` lies away) and `CONVEXITY_SLACK_BYTES`."""
+    reach = max(m - a, b - m) / (b - a)
+    return _through(known, a, b, m) - CUDA_SEGMENT_BYTES * reach - CONVEXITY_SLACK_BYTES
 
 
 @dataclass(frozen=True)
