@@ -2,9 +2,9 @@
 
 `bench estimate` and `bench probe` need a cell's memory (`Estimate`); `bench predict`, `bench plan` and a
 measured row's model speeds need its ops (`StepOps`) as well. A CUDA target's trace records both in one pass
-(`OpRecorder` watches the estimator's step). `traced` keys it with `trace_key` (the cell without its experiment,
-K capped at 2: from the second micro-step on every micro-step repeats the second's memory and ops, so one trace
-at K = 2 answers every K > 1; and the target) and keeps it in the disk cache (`bench.cache`) and beside the
+(`OpRecorder` watches the estimator's step). `traced` keys it with `trace_key` (the cell without the fields a
+fake step ignores, K capped at 2: from the second micro-step on every micro-step repeats the second's memory and
+ops, so one trace at K = 2 answers every K > 1; and the target) and keeps it in the disk cache (`bench.cache`) and beside the
 command's fake models (`FakeModels.traces`): a configuration traced by any command is not traced again by any
 other, and a command reads each from disk once.
 """
@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
-from bench.grid.cell import Cell
+from bench.grid.cell import PROVENANCE_FIELDS, Cell
 from bench.grid.model_ref import code_digest
 from bench.measure.op_table import StepOps
 from bench.memory.fake_models import FakeModels
@@ -72,18 +72,26 @@ class Trace:
                    dict(data["estimate"]))
 
 
+NOT_TRACED = ("experiment", "warmup_steps", "measured_steps", "trace_steps", "seed", *PROVENANCE_FIELDS)
+"""Cell fields a fake trace does not depend on: it runs one warm-up and one traced step whatever the cell's
+counts, on tensors without values (no seed), and a grid's name or a config's provenance changes nothing in it."""
+
+
 def trace_key(cell: Cell, target: Target) -> dict[str, Any]:
-    """What a trace depends on: the cell but its experiment, K capped at 2, the target, and for a model from a
+    """What a trace depends on: the cell but `NOT_TRACED`, K capped at 2, the target, and for a model from a
     module or a file, that file's digest (`code_digest`: an edited model is traced again).
 
     >>> cell = Cell(experiment="e", profile="cuda", model="m", image_size=32, micro_batch=4, accum_steps=8,
     ...             precision="bf16", checkpointing="off", optimizer="sgd", channels_last=False,
     ...             warmup_steps=1, measured_steps=1)
-    >>> trace_key(cell, "cuda") == trace_key(replace(cell, experiment="other", accum_steps=2), "cuda")
+    >>> trace_key(cell, "cuda") == trace_key(replace(cell, experiment="grid", accum_steps=2, warmup_steps=5,
+    ...                                              measured_steps=20, seed=3), "cuda")
     True
+    >>> trace_key(cell, "cuda") == trace_key(replace(cell, micro_batch=8), "cuda")
+    False
     """
     capped = replace(cell, accum_steps=min(cell.accum_steps, 2))
-    key = {"cell": {k: v for k, v in capped.to_dict().items() if k != "experiment"}, "target": target}
+    key = {"cell": {k: v for k, v in capped.to_dict().items() if k not in NOT_TRACED}, "target": target}
     code = code_digest(cell.model)
     return key if code is None else {**key, "model_code": code}
 
