@@ -93,6 +93,10 @@ class DiskCache:
         name = hashlib.sha256(json.dumps(full_key, sort_keys=True).encode()).hexdigest()[:32]
         return (self.root or cache_dir()) / self.namespace / f"{name}.json"
 
+    def has(self, key: dict[str, Any]) -> bool:
+        """Whether an entry for `key` exists (not read or checked: `get` may still refuse it)."""
+        return enabled() and self._path(self._full_key(key)).is_file()
+
     def get(self, key: dict[str, Any]) -> Any | None:
         """The stored answer, or None (absent, bypassed, or unreadable: then one warning)."""
         if not enabled():

@@ -433,3 +433,25 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
         if 2 * m <= request.effective_batch:
             double = estimated_peak_bytes(replace(option.cell, micro_batch=2 * m, accum_steps=2), "cuda")[0]
             assert not memory_fit(double, request.headroom, gpu.memory_gib).fits
+
+
+@pytest.mark.slow
+def test_a_cold_plan_traces_its_configurations_side_by_side_and_answers_as_one_process_does(tmp_path, monkeypatch):
+    """Configurations not in the cache are traced in child processes, one each (`_trace_apart`); the plan that reads
+    their traces is the one a single process makes, and it counts their traces."""
+    import os
+
+    from bench.speed.predict import PlanCandidates, Progress, plan_predictions
+
+    request = PlanCandidates(model="test_vit", image_size=32, effective_batch=256, gpus=("A100-40GB", "L4"),
+                             precisions=("bf16", "tf32"))
+    answers = {}
+    for cores in (2, 1):
+        monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / f"cores-{cores}"))
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))
+        progress, lines = Progress(), []
+        options = plan_predictions(request, on_trace=lines.append, progress=progress)
+        answers[cores] = ([(o.prediction.gpu, o.cell.cell_id, o.peak_reserved_bytes, o.prediction.samples_per_s)
+                           for o in options], progress.traces)
+        assert all(("in a child process" in line) == (cores == 2) for line in lines), lines
+    assert answers[2] == answers[1] and answers[1][1] >= 4

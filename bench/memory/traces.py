@@ -4,9 +4,9 @@
 measured row's model speeds need its ops (`StepOps`) as well. A CUDA target's trace records both in one pass
 (`OpRecorder` watches the estimator's step). `traced` keys it with `trace_key` (the cell without the fields a
 fake step ignores, K capped at 2: from the second micro-step on every micro-step repeats the second's memory and
-ops, so one trace at K = 2 answers every K > 1; and the target) and keeps it in the disk cache (`bench.cache`) and beside the
-command's fake models (`FakeModels.traces`): a configuration traced by any command is not traced again by any
-other, and a command reads each from disk once.
+ops, so one trace at K = 2 answers every K > 1; and the target) and keeps it in the disk cache (`bench.cache`)
+and beside the command's fake models (`FakeModels.traces`): a configuration traced by any command is not traced
+again by any other, and a command reads each from disk once.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class Trace:
 
     @classmethod
     def of(cls, estimate: Estimate, ops: StepOps | None) -> Trace:
-        peak = estimate.peak_reserved_bytes if estimate.target == "cuda" else estimate.peak_bytes + estimate.inputs_bytes
+        cuda = estimate.target == "cuda"
+        peak = estimate.peak_reserved_bytes if cuda else estimate.peak_bytes + estimate.inputs_bytes
         values = {name: getattr(estimate, name) for name in ESTIMATE_FIELDS}
         return cls(float(peak), estimate.param_count, ops, {**values, "traced": asdict(estimate.traced)})
 
@@ -114,6 +115,11 @@ def traced(cell: Cell, target: Target = "cuda", models: FakeModels | None = None
         if len(kept) > IN_PROCESS_TRACES:
             kept.popitem(last=False)
     return trace, fresh
+
+
+def is_stored(cell: Cell, target: Target = "cuda") -> bool:
+    """Whether the disk cache holds `cell`'s trace (not read: a plan decides with it whether to trace in parallel)."""
+    return _DISK.has(trace_key(cell, target))
 
 
 def _trace(cell: Cell, target: Target, models: FakeModels | None) -> Trace:

@@ -1,28 +1,31 @@
 """Predicted speed of a cell on a catalog GPU, and a grid's predictions as rows.
 
-Rows go to `results/<experiment>/predicted/runs.csv`, one per cell and GPU, status `predicted`:
-the estimator's columns (memory, from the same fake trace) plus the throughput model's
-(`bench.results.schema.PREDICTED_COLUMNS`). Reports
-never mistake them for measurements (they read status ok); `bench cost` and `bench plan` price
-them with the basis `predicted`, and a measured row of the same configuration wins.
+Rows go to `results/<experiment>/predicted/runs.csv`, one per cell and GPU, status `predicted`: the
+estimator's columns (memory, from the same fake trace) plus the throughput model's
+(`bench.results.schema.PREDICTED_COLUMNS`). Reports never mistake them for measurements (they read status ok);
+`bench cost` and `bench plan` price them with the basis `predicted`, and a measured row of the same
+configuration wins.
 
-`plan_predictions` answers `bench plan` without a grid: for a model, image size and effective batch
-E, each (precision, checkpointing) is traced at two micro-batches (`TRACED_MICRO_BATCHES`, K = 2,
-one fake trace each for memory and ops). Every op's FLOPs and bytes are linear in the micro-batch,
-so the two traces give the ops at any size. Peak memory is the largest of several phases' (each
-linear), so the line through two sizes is exact where the same phase sets the peak and too low
-elsewhere (by up to 53 % for ViT-B/16 with checkpointing, where the optimizer step sets the peak at
-small sizes): per GPU, the largest power-of-two micro-batch m that divides E and fits (peak +
-headroom) on the line is checked with a full trace of m, and halved until the trace fits; K = E / m
-is predicted on that GPU (`predict_on`, as for a grid's cell). Every trace is the one of its configuration
-that estimate, probe and plan share (`bench.memory.traces`, in this process and on disk). fp16 is read off bf16's trace (the same shapes; its GradScaler's few ops are left
-out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the model predicts
-them alike. Each prediction carries the fp32 gradient bytes, so a multi-GPU instance scales as its
-interconnect predicts (`bench.speed.ddp`); `bench.cost.price.MeasuredRow.predicted` prices it.
+`plan_predictions` answers `bench plan` without a grid: for a model, image size and effective batch E, each
+(precision, checkpointing) is traced at two micro-batches (`TRACED_MICRO_BATCHES`, K = 2, one fake trace each
+for memory and ops). Every op's FLOPs and bytes are linear in the micro-batch, so the two traces give the ops
+at any size. Peak memory is the largest of several phases' (each linear), so the line through two sizes is
+exact where the same phase sets the peak and too low elsewhere (by up to 53 % for ViT-B/16 with checkpointing,
+where the optimizer step sets the peak at small sizes): per GPU, the largest power-of-two micro-batch m that
+divides E and fits (peak + headroom) on the line is checked (by the bounds between traced sizes where they
+settle it, `Traced.bounds`, else by a full trace of m) and halved until it fits; K = E / m is predicted on that
+GPU (`predict_on`, as for a grid's cell). Every trace is the one of its configuration that estimate, probe and
+plan share (`bench.memory.traces`); configurations not yet in the cache are traced side by side, one child
+process each (`_trace_apart`). fp16
+is read off bf16's trace (the same shapes; its GradScaler's few ops are left out) and offered only on GPUs
+without a bf16 peak (T4, V100): where both run, the model predicts them alike. Each prediction carries the
+fp32 gradient bytes, so a multi-GPU instance scales as its interconnect predicts (`bench.speed.ddp`);
+`bench.cost.price.MeasuredRow.predicted` prices it.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -400,35 +403,99 @@ class Progress:
 def plan_predictions(request: PlanCandidates, on_trace: Callable[[str], None] | None = None,
                      progress: Progress | None = None) -> list[PlanPrediction]:
     """One prediction per (GPU, precision, checkpointing) that fits, at the largest fitting micro-batch; another
-    where an instance's GPU count needs a smaller one to divide the effective batch (`per_gpu_batches`)."""
+    where an instance's GPU count needs a smaller one to divide the effective batch (`per_gpu_batches`).
+
+    Configurations not yet in the trace cache are traced side by side, one process each (`_trace_apart`); this
+    process then reads their traces."""
     model_file = load_model_file()
     progress = progress or Progress()
     models = FakeModels()
     predictions = []
     traced_precisions = sorted({"bf16" if p == "fp16" else p for p in request.precisions},
                                key=("bf16", "tf32", "fp32").index)
-    for checkpointing in request.checkpointing:
-        for traced_precision in traced_precisions:
-            began, traces_before = time.monotonic(), progress.traces
-            traced = _trace_line(request, traced_precision, checkpointing, models, progress)
-            _trace_largest_candidate(request, traced, traced_precision)
-            for precision in request.precisions:
-                if ("bf16" if precision == "fp16" else precision) != traced_precision:
-                    continue
-                for gpu in request.gpus:
-                    if precision == "fp16" and "bf16" in request.precisions and \
-                            gpu_spec(gpu).peak_tflops["bf16_tflops"] is not None:
-                        _count(progress, "fp16 where bf16 runs (predicted alike)")
-                        continue
-                    predictions += _plan_predictions(request, traced, precision, checkpointing, gpu, model_file,
-                                                     progress)
-            progress.seconds += time.monotonic() - began
-            if on_trace:
-                sizes = ", ".join(str(m) for m in sorted({*TRACED_MICRO_BATCHES, *traced.checked}))
-                on_trace(f"{request.model} {traced_precision} ckpt-{checkpointing}: peaks at micro-batches {sizes} "
-                         f"({progress.traces - traces_before} traced, the rest from the cache; "
-                         f"{time.monotonic() - began:.1f} s)")
+    configurations = [(precision, checkpointing) for checkpointing in request.checkpointing
+                      for precision in traced_precisions]
+    began = time.monotonic()
+    apart = _trace_apart(request, configurations)
+    progress.seconds += time.monotonic() - began
+    for traced_precision, checkpointing in configurations:
+        began, traces_before = time.monotonic(), progress.traces
+        found, traced = _configuration_predictions(request, traced_precision, checkpointing, models, model_file,
+                                                   progress)
+        predictions += found
+        if on_trace:
+            sizes = ", ".join(str(m) for m in sorted({*TRACED_MICRO_BATCHES, *traced.checked}))
+            traces, seconds = apart.get((traced_precision, checkpointing), (0, 0.0))
+            where = f"{traces} traced in a child process in {seconds:.1f} s" if traces else \
+                f"{progress.traces - traces_before} traced"
+            on_trace(f"{request.model} {traced_precision} ckpt-{checkpointing}: peaks at micro-batches {sizes} "
+                     f"({where}, the rest from the cache; {time.monotonic() - began:.1f} s)")
+        progress.seconds += time.monotonic() - began
+    progress.traces += sum(traces for traces, _ in apart.values())
     return predictions
+
+
+def _configuration_predictions(request: PlanCandidates, traced_precision: str, checkpointing: str,
+                               models: FakeModels, model_file: ModelFile,
+                               progress: Progress) -> tuple[list[PlanPrediction], Traced]:
+    """The options of one traced configuration (fp16 reads bf16's trace) on every GPU."""
+    traced = _trace_line(request, traced_precision, checkpointing, models, progress)
+    _trace_largest_candidate(request, traced, traced_precision)
+    predictions = []
+    for precision in request.precisions:
+        if ("bf16" if precision == "fp16" else precision) != traced_precision:
+            continue
+        for gpu in request.gpus:
+            if precision == "fp16" and "bf16" in request.precisions and \
+                    gpu_spec(gpu).peak_tflops["bf16_tflops"] is not None:
+                _count(progress, "fp16 where bf16 runs (predicted alike)")
+                continue
+            predictions += _plan_predictions(request, traced, precision, checkpointing, gpu, model_file, progress)
+    return predictions, traced
+
+
+def _trace_apart(request: PlanCandidates,
+                 configurations: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, float]]:
+    """Trace the configurations whose line is not in the disk cache side by side, one child process each (as many at
+    once as this machine has cores), so the loop that follows reads them: (traces made, seconds) by configuration.
+    Nothing when fewer than two need it, with one core, or with the cache off; a child that fails leaves its
+    configuration to this process, which reports the failure as it would have."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from bench.cache import enabled
+    from bench.isolation import SIGNAL_CHECK_S, fork_server
+    from bench.memory.traces import is_stored
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    todo = [(precision, checkpointing) for precision, checkpointing in configurations
+            if not all(is_stored(request.cell(m, precision, checkpointing), "cuda") for m in TRACED_MICRO_BATCHES)]
+    if len(todo) < 2 or cores < 2 or not enabled():
+        return {}
+    done: dict[tuple[str, str], tuple[int, float]] = {}
+    pool = ProcessPoolExecutor(max_workers=min(len(todo), cores), mp_context=fork_server())
+    try:
+        pending = {pool.submit(_trace_configuration, request, *configuration): configuration for configuration in todo}
+        while pending:
+            finished, _ = wait(pending, timeout=SIGNAL_CHECK_S, return_when=FIRST_COMPLETED)  # Ctrl-C stays prompt
+            for future in finished:
+                configuration = pending.pop(future)
+                if future.exception() is None:
+                    done[configuration] = future.result()
+    except BaseException:
+        # An interrupt must not wait for a child's trace (Python 3.14's terminate_workers() does this).
+        for process in list((pool._processes or {}).values()):
+            process.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return done
+
+
+def _trace_configuration(request: PlanCandidates, precision: str, checkpointing: str) -> tuple[int, float]:
+    """In a child process: trace what one configuration's options need into the disk cache; (traces, seconds)."""
+    began, progress = time.monotonic(), Progress()
+    _configuration_predictions(request, precision, checkpointing, FakeModels(), load_model_file(), progress)
+    return progress.traces, time.monotonic() - began
 
 
 def _trace_largest_candidate(request: PlanCandidates, traced: Traced, traced_precision: str) -> None:
