@@ -462,7 +462,7 @@ def _trace_apart(request: PlanCandidates,
     configuration to this process, which reports the failure as it would have."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from bench.cache import enabled
+    from bench.cache import cache_dir, enabled
     from bench.isolation import SIGNAL_CHECK_S, fork_server
     from bench.memory.traces import is_stored
 
@@ -474,7 +474,8 @@ def _trace_apart(request: PlanCandidates,
     done: dict[tuple[str, str], tuple[int, float]] = {}
     pool = ProcessPoolExecutor(max_workers=min(len(todo), cores), mp_context=fork_server())
     try:
-        pending = {pool.submit(_trace_configuration, request, *configuration): configuration for configuration in todo}
+        pending = {pool.submit(_trace_configuration, request, *configuration, str(cache_dir())): configuration
+                   for configuration in todo}
         while pending:
             finished, _ = wait(pending, timeout=SIGNAL_CHECK_S, return_when=FIRST_COMPLETED)  # Ctrl-C stays prompt
             for future in finished:
@@ -491,8 +492,14 @@ def _trace_apart(request: PlanCandidates,
     return done
 
 
-def _trace_configuration(request: PlanCandidates, precision: str, checkpointing: str) -> tuple[int, float]:
-    """In a child process: trace what one configuration's options need into the disk cache; (traces, seconds)."""
+def _trace_configuration(request: PlanCandidates, precision: str, checkpointing: str,
+                         cache_root: str) -> tuple[int, float]:
+    """In a child process: trace what one configuration's options need into the disk cache at `cache_root` (the
+    parent's: the fork server's environment is the one it started with); (traces, seconds)."""
+    from bench.cache import CACHE_ENV, NO_CACHE_ENV
+
+    os.environ[CACHE_ENV] = cache_root
+    os.environ.pop(NO_CACHE_ENV, None)
     began, progress = time.monotonic(), Progress()
     _configuration_predictions(request, precision, checkpointing, FakeModels(), load_model_file(), progress)
     return progress.traces, time.monotonic() - began
