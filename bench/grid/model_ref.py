@@ -20,7 +20,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -152,6 +152,11 @@ class ModelSpec:
     def input_shape(self) -> tuple[int, int, int]:
         """One sample's shape: (channels, height, width)."""
         return self.in_chans, self.image_size, self.image_width or self.image_size
+
+    def cache_key(self) -> dict:
+        """What a cached answer about this model depends on: its fields and, for a module or file model, its
+        code (`code_digest`)."""
+        return {**asdict(self), "model_code": code_digest(self.name)}
 
     def describe_input(self, batch: int) -> str:
         return "x".join(str(n) for n in (batch, *self.input_shape))

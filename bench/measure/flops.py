@@ -13,13 +13,12 @@ MFU's numerator and the recorder's total agree.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
-
 from typing import TYPE_CHECKING
 
 from bench.cache import DiskCache, byte_count_problem
-from bench.grid.model_ref import ModelSpec, code_digest
+from bench.grid.model_ref import ModelSpec
 
 if TYPE_CHECKING:
     from torch.utils.flop_counter import FlopCounterMode
@@ -88,7 +87,7 @@ def conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _paddi
 @lru_cache(maxsize=None)
 def _count(spec: ModelSpec, checkpointing: str, backward: bool = True) -> float:
     """FLOPs per sample, from the disk cache where an earlier command counted the same model (`bench.cache`)."""
-    key = {**asdict(spec), "checkpointing": checkpointing, "backward": backward, "model_code": code_digest(spec.name)}
+    key = {**spec.cache_key(), "checkpointing": checkpointing, "backward": backward}
     stored = _COUNTS.get(key)
     if stored is not None:
         return float(stored)

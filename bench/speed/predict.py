@@ -16,11 +16,10 @@ divides E and fits (peak + headroom) on the line is checked (by the bounds betwe
 settle it, `Traced.bounds`, else by a full trace of m) and halved until it fits; K = E / m is predicted on that
 GPU (`predict_on`, as for a grid's cell). Every trace is the one of its configuration that estimate, probe and
 plan share (`bench.memory.traces`); configurations not yet in the cache are traced side by side, one child
-process each (`_trace_apart`). fp16
-is read off bf16's trace (the same shapes; its GradScaler's few ops are left out) and offered only on GPUs
-without a bf16 peak (T4, V100): where both run, the model predicts them alike. Each prediction carries the
-fp32 gradient bytes, so a multi-GPU instance scales as its interconnect predicts (`bench.speed.ddp`);
-`bench.cost.price.MeasuredRow.predicted` prices it.
+process each (`_trace_apart`). fp16 is read off bf16's trace (the same shapes; its GradScaler's few ops are left
+out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the model predicts them alike.
+Each prediction carries the fp32 gradient bytes, so a multi-GPU instance scales as its interconnect predicts
+(`bench.speed.ddp`); `bench.cost.price.MeasuredRow.predicted` prices it.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from bench.measure.utilization import utilization_pct
 from bench.memory.allocator import CUDA_SEGMENT_BYTES, whole_segments
 from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
-from bench.memory.traces import traced
+from bench.memory.traces import Trace, traced
 from bench.results.keys import SPLIT, configuration_key, sort_key, varying
 from bench.results.provenance import provenance, utc_now
 from bench.results.schema import PREDICTED_COLUMNS
@@ -325,7 +324,7 @@ class Traced:
             return known[micro_batch], known[micro_batch]
         sizes = sorted(known)
         below, above = [a for a in sizes if a < micro_batch], [b for b in sizes if b > micro_batch]
-        # A traced peak is rounded up to a whole segment, so a chord errs high (still a bound) ...
+        # A traced peak is rounded up to a whole segment, so a chord through two errs high: still an upper bound.
         high = _through(known, below[-1], above[0], micro_batch) + CONVEXITY_SLACK_BYTES if below and above \
             else float("inf")
         secants = [_secant_floor(known, a, b, micro_batch) for a, b in zip(sizes, sizes[1:]) if not a < micro_batch < b]
@@ -527,32 +526,24 @@ def _has_peak(gpu: str, precision: str) -> bool:
 
 def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, models: FakeModels,
                 progress: Progress) -> Traced:
-    points = []
-    for micro_batch in TRACED_MICRO_BATCHES:
-        peak, ops, params, fresh = _cached_trace(request.cell(micro_batch, precision, checkpointing), models)
-        progress.traces += fresh
-        points.append((micro_batch, peak, ops))
-
-    def traced_peak(micro_batch: int) -> float:
+    def counted(micro_batch: int) -> Trace:
         trace, fresh = traced(request.cell(micro_batch, precision, checkpointing), "cuda", models)
         progress.traces += fresh
-        return trace.peak_bytes
+        return trace
 
-    return Traced(*points, traced_peak=traced_peak, grads_bytes=params * BYTES_PER_GRADIENT)
-
-
-def _cached_trace(cell: Cell, models: FakeModels) -> tuple[float, StepOps, int, bool]:
-    """(reserved peak bytes, ops, parameter count, whether it was traced now) of `cell` (`bench.memory.traces`)."""
-    trace, fresh = traced(cell, "cuda", models)
-    return trace.peak_bytes, trace.ops, trace.param_count, fresh
+    low, high = (counted(m) for m in TRACED_MICRO_BATCHES)
+    return Traced(*((m, trace.peak_bytes, trace.ops) for m, trace in zip(TRACED_MICRO_BATCHES, (low, high))),
+                  traced_peak=lambda micro_batch: counted(micro_batch).peak_bytes,
+                  grads_bytes=low.param_count * BYTES_PER_GRADIENT)
 
 
 def _ops_at(cell: Cell, models: FakeModels) -> StepOps:
-    low, high = (_cached_trace(replace(cell, micro_batch=m, accum_steps=2), models)[1] for m in TRACED_MICRO_BATCHES)
+    low, high = (traced(replace(cell, micro_batch=m, accum_steps=2), "cuda", models)[0].ops
+                 for m in TRACED_MICRO_BATCHES)
     try:
         return low.at_micro_batch(high, cell.micro_batch)
     except ValueError:  # the two sizes run different op sequences: trace the cell's own
-        return _cached_trace(cell, models)[1]
+        return traced(cell, "cuda", models)[0].ops
 
 
 def model_speeds(cell: Cell, models: FakeModels | None = None) -> tuple[tuple[str, float], ...]:
@@ -579,9 +570,7 @@ def _plan_predictions(request: PlanCandidates, traced: Traced, precision: str, c
                       model_file: ModelFile, progress: Progress) -> list[PlanPrediction]:
     """The options of one GPU: the largest fitting micro-batch for each per-GPU share of the effective batch."""
     spec = gpu_spec(gpu)
-    try:
-        gpu_rates(spec, precision)  # before any trace of a larger micro-batch
-    except NoDatasheetPeak:
+    if not _has_peak(gpu, precision):  # before any trace of a larger micro-batch
         _count(progress, f"{precision} on GPUs without a datasheet peak for it")
         return []
     found = []

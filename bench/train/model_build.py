@@ -14,12 +14,11 @@ import json
 import sys
 from functools import cache
 from pathlib import Path
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from bench.cache import DiskCache
 from bench.errors import BadInput, ModelRefError
-from bench.grid.model_ref import ModelSpec, code_digest, cwd_importable, hub_local_dir, kind_of
+from bench.grid.model_ref import ModelSpec, cwd_importable, hub_local_dir, kind_of
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +46,7 @@ def check_classifier(spec: ModelSpec) -> None:
     model, the input tried and the exception when it fails, or when the output is not one logit per class.
     Costs what building the model costs, for a model of any size, once: a model that passed is not checked again.
     """
-    key = {**asdict(spec), "model_code": code_digest(spec.name)}
+    key = spec.cache_key()
     if _PASSED.get(key):
         return
     _check_on_meta(spec)
