@@ -7,16 +7,14 @@ Each imports what it needs when called, so importing this module is cheap (no to
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
     import pandas as pd
 
-    from bench.cost.catalog import Instance
-    from bench.cost.plan import Plan
-    from bench.cost.price import MeasuredRow
+    from bench.planner.ranking import Plan
     from bench.cost.price import CostTable
     from bench.grid.cell import Cell
     from bench.grid.spec import Grid
@@ -26,7 +24,7 @@ if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
     from bench.report.compare import Comparison
 
 __all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan", "read_rows", "load_for_device",
-           "plan_rows", "PlanRows", "compare"]
+           "compare"]
 
 
 def load_grid(path: str | Path, profile: Literal["cuda", "cpu"] = "cuda") -> Grid:
@@ -126,115 +124,79 @@ def probe(model: str, *, gpu: str | None = None, memory_gib: float | None = None
 
 
 def price(folder: str | Path, *, allow_cpu_projection: bool = False, providers: Iterable[str] = (),
-         catalog: str | Path | None = None, dataset_size: int | None = None, epochs: float | None = None,
-         scaling_efficiency: float | None = None, headroom: float | None = None) -> CostTable:
-    """Every ok row of `folder/runs.csv` priced on every current catalog instance, as `bench cost` does
-    (nothing is written: `bench cost` writes cost.csv, cost.md and the chart). Options left None take the
-    defaults of `bench.cost.price.Workload` and `Assumptions`."""
-    from bench.cost.catalog import load_catalog
+          catalog: str | Path | None = None, include_superseded: bool = False, dataset_size: int | None = None,
+          epochs: float | None = None, scaling_efficiency: float | None = None, headroom: float | None = None,
+          loader_rows: Iterable[str | Path] = ()) -> CostTable:
+    """Every ok row of `folder/runs.csv` priced on every current catalog instance (`include_superseded`: the old
+    prices too), as `bench cost` does (nothing is written: `bench cost` writes cost.csv, cost.md and the chart). A
+    row measured on a catalog GPU is carried to the others by the throughput model's ratio between them (its
+    configuration traced once, in the shared trace cache). `loader_rows`: folders whose loader rows size the cores
+    that feed each line (default: those in `folder`). Options left None take the defaults of
+    `bench.cost.price.Workload` and `Assumptions`."""
+    from bench.cost.catalog import select_instances
+    from bench.cost.feeding import priced_loader_costs
     from bench.cost.outputs import load_ok_rows
-    from bench.cost.price import Assumptions, price_rows
+    from bench.cost.price import price_rows
+    from bench.planner.rows import with_model_speeds
 
-    instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
-    return price_rows(load_ok_rows(Path(folder)), instances, _workload(dataset_size, epochs),
-                      _assumptions(scaling_efficiency, headroom, allow_cpu_projection))
+    described, instances = select_instances(None if catalog is None else Path(catalog),
+                                            include_superseded=include_superseded, providers=tuple(providers))
+    table = price_rows(with_model_speeds(load_ok_rows(Path(folder))), instances, _workload(dataset_size, epochs),
+                       _assumptions(scaling_efficiency, headroom, allow_cpu_projection))
+    loader_costs, loader_source = priced_loader_costs([Path(f) for f in loader_rows], [Path(folder)])
+    return replace(table, catalog=described, loader_costs=tuple(loader_costs), loader_source=loader_source)
 
 
 def plan(folders: Iterable[str | Path] = (), *, model: str, effective_batch: int, allow_cpu_projection: bool = False,
          providers: Iterable[str] = (), spot: bool = False, budget_usd: float | None = None,
          deadline_hours: float | None = None, image_size: int | None = None, catalog: str | Path | None = None,
-         dataset_size: int | None = None, epochs: float | None = None, scaling_efficiency: float | None = None,
-         headroom: float | None = None, predict: Literal["auto", "always", "never"] = "auto", gpus: Iterable[str] = (),
+         include_superseded: bool = False, dataset_size: int | None = None, epochs: float | None = None,
+         scaling_efficiency: float | None = None, headroom: float | None = None,
+         predict: Literal["auto", "always", "never"] = "auto", gpus: Iterable[str] = (),
          precisions: Iterable[str] = (), checkpointing: Iterable[str] = (), optimizer: str = "adamw",
-         rank_by: Literal["cost", "hours"] = "cost", on_text: Callable[[str], None] | None = None) -> Plan:
+         model_options: dict[str, Any] | None = None, rank_by: Literal["cost", "hours"] = "cost",
+         loader_rows: Iterable[str | Path] = (), check_cell: Callable[[Cell], None] | None = None,
+         on_text: Callable[[str], None] | None = None, on_step: Callable[[str], None] | None = None) -> Plan:
     """(instance, micro-batch x accumulation, precision, checkpointing, optimizer) options ranked by dollars
     per run for `model` at `effective_batch`, from the rows of `folders`, as `bench plan` does: by default
     (`predict="auto"`) the throughput model adds options when the rows hold no GPU row of the model
     (`always`: beside the measured ones; `never`: the rows alone). `gpus` keeps only instances with those
-    catalog GPUs; `precisions`, `checkpointing` and `optimizer` are what is predicted; `rank_by` orders by dollars
-    (`cost`) or hours per run; `on_text` gets the predictor's progress lines. Options left None take the
-    defaults of `bench.cost.price.Workload` and `Assumptions`."""
-    from bench.cost.catalog import load_catalog
+    catalog GPUs; `precisions`, `checkpointing`, `optimizer` and `model_options` (the cells' model fields beyond
+    model and image size) are what is predicted; `rank_by` orders by dollars (`cost`) or hours per run;
+    `loader_rows` are folders whose loader rows size the cores that feed each option (default: those among
+    `folders`, else the repository's own study). `check_cell` checks the model before any trace (default: that it
+    is an image classifier); `on_text` gets the predictor's progress lines, `on_step` each stage as it begins
+    (one per folder read, then the pricing). Options left None take the defaults of `bench.cost.price.Workload`
+    and `Assumptions`. The `Plan` holds everything `bench plan` prints, text or JSON (`bench.planner.render`)."""
+    from bench.cost.catalog import select_instances
+    from bench.cost.feeding import priced_loader_costs
     from bench.cost.outputs import load_ok_rows
-    from bench.cost.plan import PlanRequest, make_plan
+    from bench.memory.validate import agreement
+    from bench.planner.ranking import PlanRequest, make_plan
+    from bench.planner.rows import plan_rows, with_model_speeds
 
-    rows = [row for folder in folders for row in load_ok_rows(Path(folder))]
-    instances = load_catalog(catalog).select(include_superseded=False, providers=tuple(providers))
-    wanted = tuple(gpus)
-    instances = tuple(i for i in instances if not wanted or i.gpu in wanted)
+    step = on_step or (lambda text: None)
+    folders = [Path(folder) for folder in folders]
+    described, instances = select_instances(None if catalog is None else Path(catalog),
+                                            include_superseded=include_superseded, providers=tuple(providers),
+                                            gpus=tuple(gpus))
+    rows = []
+    for folder in folders:
+        step(f"reading {folder}")
+        rows += [row for row in load_ok_rows(folder) if row.model == model]  # the plan ranks this model's alone
     assumptions = _assumptions(scaling_efficiency, headroom, allow_cpu_projection)
-    found = plan_rows(rows, model=model, effective_batch=effective_batch, instances=instances,
+    found = plan_rows(with_model_speeds(rows), model=model, effective_batch=effective_batch, instances=instances,
                       image_size=image_size, predict=predict, precisions=tuple(precisions),
                       checkpointing=tuple(checkpointing), optimizer=optimizer, headroom=assumptions.headroom,
-                      on_text=on_text)
+                      model_options=model_options, on_text=on_text, check_cell=check_cell)
     request = PlanRequest(model=model, effective_batch=effective_batch, workload=_workload(dataset_size, epochs),
                           image_size=found.image_size, budget_usd=budget_usd, deadline_hours=deadline_hours, spot=spot,
                           rank_by=rank_by)
-    return make_plan(found.rows, instances, request, assumptions)
-
-
-@dataclass(frozen=True)
-class PlanRows:
-    """What a plan ranks: the rows given, and the throughput model's options when it was asked."""
-
-    rows: list[MeasuredRow]
-    image_size: int | None
-    """The image size the plan answers at (None: the rows' own, when they have one)."""
-    predicted: int | None = None
-    """Options the throughput model added (None: it was not asked)."""
-    refused: dict[str, int] = field(default_factory=dict)
-    """Why some were not predicted, with counts."""
-    seconds: float = 0.0
-
-
-def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, instances: tuple[Instance, ...],
-              image_size: int | None = None, predict: Literal["auto", "always", "never"] = "auto",
-              precisions: tuple[str, ...] = (), checkpointing: tuple[str, ...] = (), optimizer: str = "adamw",
-              headroom: float | None = None, model_options: dict[str, Any] | None = None,
-              on_text: Callable[[str], None] | None = None,
-              check_cell: Callable[[Cell], None] | None = None) -> PlanRows:
-    """`rows`, plus the throughput model's options on the instances' GPUs when `predict` asks for them (`auto`:
-    only when `rows` hold no GPU row of `model`, so measurements win): the one rule `bench plan` and `plan` share.
-    Predicting without a size or a GPU row, the plan answers at 224 px. `check_cell` checks the model on the
-    candidates' cell before any trace (default: that it is an image classifier for its input; `bench plan`
-    adds the model's bounds, naming its options)."""
-    import time
-
-    from bench.cost.price import MeasuredRow
-    from bench.errors import refused_step
-    from bench.grid.model_ref import ModelSpec
-    from bench.speed.predict import DEFAULT_PRECISIONS, PlanCandidates, Progress, plan_predictions
-    from bench.train.model_build import check_classifier
-
-    measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
-    predicting = predict == "always" or (predict == "auto" and not measured_gpu)
-    if image_size is None and predicting and not measured_gpu:
-        image_size = 224
-    if not predicting:
-        return PlanRows(list(rows), image_size)
-    began = time.monotonic()
-    sizes = sorted({row.image_size for row in rows if row.model == model})
-    size = image_size or (sizes[0] if len(sizes) == 1 else 224)
-    if headroom is None:
-        from bench.memory.fit import DEFAULT_HEADROOM
-
-        headroom = DEFAULT_HEADROOM
-    candidates = PlanCandidates(model=model, image_size=size, effective_batch=effective_batch,
-                                gpus=tuple(sorted({instance.gpu for instance in instances})),
-                                precisions=precisions or DEFAULT_PRECISIONS, checkpointing=checkpointing or ("off",),
-                                optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}),
-                                gpu_counts={gpu: tuple(sorted({i.gpu_count for i in instances if i.gpu == gpu}))
-                                            for gpu in {instance.gpu for instance in instances}})
-    probe_cell = candidates.cell(1, "fp32", "off")
-    if check_cell:
-        check_cell(probe_cell)
-    else:
-        check_classifier(ModelSpec.of(probe_cell))  # one line when it is not a classifier
-    progress = Progress()
-    with refused_step(model, f"{size} px"):
-        predicted = [MeasuredRow.predicted(option) for option in plan_predictions(candidates, on_text, progress)]
-    return PlanRows(list(rows) + predicted, image_size, len(predicted), dict(progress.refused),
-                    time.monotonic() - began)
+    step(f"pricing {len(found.rows)} rows x {len(instances)} instances")
+    loader_costs, loader_source = priced_loader_costs([Path(f) for f in loader_rows], folders, study_fallback=True)
+    return replace(make_plan(found.rows, instances, request, assumptions), catalog=described,
+                   loader_costs=tuple(loader_costs), loader_source=loader_source,
+                   memory_agreement=agreement(assumptions.headroom, model=model))
 
 
 def read_rows(folder: str | Path) -> pd.DataFrame:

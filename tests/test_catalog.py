@@ -4,6 +4,7 @@ vms.csv files into the project's catalog format, merged with superseding), and t
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from bench.cost.catalog import (
     stale_note,
     write_catalog,
 )
-from bench.cost.outputs import markdown, plan_text, summary
-from bench.cost.plan import PlanRequest, make_plan
+from bench.cost.outputs import markdown, summary
+from bench.planner.ranking import PlanRequest, make_plan
+from bench.planner.render import plan_text
 from bench.cost.price import Assumptions, MeasuredRow, Workload, price_rows
 from bench.cost.skypilot import (
     GCP_MACHINE_GPUS,
@@ -220,7 +222,7 @@ def test_cost_and_plan_answers_flag_stale_prices():
     flag = "STALE PRICES: 1 of 2 prices used are older than 6 months"
     assert flag in summary(table, "test catalog") and flag in markdown(table, "t", "test catalog")
     plan = make_plan([_row()], (old, fresh), PlanRequest(model="resnet50", effective_batch=128), Assumptions())
-    assert flag in plan_text(plan, "test catalog", top=3)
+    assert flag in plan_text(replace(plan, catalog="test catalog"), top=3)
     current = price_rows([_row()], (fresh,), Workload(), Assumptions())
     assert "STALE" not in summary(current, "test catalog")
 

@@ -11,7 +11,7 @@ from conftest import CPU_ROWS, REPO, bench_in_process, paragraphs, read_rows
 from bench.cost.catalog import COLUMNS as CATALOG_COLUMNS
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.outputs import COLUMNS as COST_COLUMNS
-from bench.cost.plan import PlanError, PlanRequest, explain, make_plan
+from bench.planner.ranking import PlanError, PlanRequest, explain, make_plan
 from bench.cost.price import (
     Assumptions,
     MeasuredRow,
@@ -112,7 +112,7 @@ def test_a_gpu_row_on_another_gpu_scales_by_the_models_ratio_between_the_two():
 
 @pytest.mark.slow
 def test_a_gpu_rows_model_speeds_are_the_throughput_models_own_predictions():
-    from bench.cost.outputs import with_model_speeds
+    from bench.planner.rows import with_model_speeds
     from bench.speed.predict import predict_on
     from bench.memory.traces import trace_step_ops
 

@@ -154,12 +154,13 @@ def test_the_dle_8_gpu_rows_never_scale_better_than_their_all_reduce_allows():
 
 @pytest.mark.slow
 def test_plan_rows_carry_their_fp32_gradients_and_scale_by_the_interconnect():
-    from bench.speed.predict import PlanCandidates, plan_predictions
+    from bench.planner.rows import predicted_row
+    from bench.planner.search import PlanCandidates, plan_predictions
     from bench.train.models import build_model
 
     (option,) = plan_predictions(PlanCandidates(model="test_resnet", image_size=32, effective_batch=16,
                                                 gpus=("H100-80GB",), precisions=("bf16",)))
-    row = MeasuredRow.predicted(option)
+    row = predicted_row(option)
     params = sum(p.numel() for p in build_model("test_resnet", 32).parameters())
     assert row.grads_bytes == 4 * params
     line = price_line(row, _catalog_instance("p5.48xlarge"), Workload(), Assumptions())

@@ -482,8 +482,8 @@ def test_the_loader_cost_comes_from_ok_cpu_decoding_loader_rows_per_image_size()
 
 def _plan_for(vcpus: int | None, costs: list) -> str:
     from bench.cost.catalog import Instance
-    from bench.cost.outputs import plan_text
-    from bench.cost.plan import PlanRequest, make_plan
+    from bench.planner.ranking import PlanRequest, make_plan
+    from bench.planner.render import plan_text
     from bench.cost.price import Assumptions, MeasuredRow
 
     row = MeasuredRow(cell_id="r", experiment="e", profile="cuda", model="resnet50", image_size=224, micro_batch=128,
@@ -494,7 +494,8 @@ def _plan_for(vcpus: int | None, costs: list) -> str:
                     usd_per_hour=40.0, region="r", observed="2025-01", source="made up", vcpus=vcpus)
     loader_row = replace(row, cell_id="l", input="loader", samples_per_s=2000.0)
     plan = make_plan([row, loader_row], (h200,), PlanRequest(model="resnet50", effective_batch=1024), Assumptions())
-    return plan_text(plan, "made-up catalog", 5, costs, "results/input_pipeline/test")
+    return plan_text(replace(plan, catalog="made-up catalog", loader_costs=tuple(costs),
+                             loader_source="results/input_pipeline/test"), 5)
 
 
 def test_plan_states_the_cores_to_feed_the_gpus_it_recommends():

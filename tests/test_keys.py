@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from bench.cost.catalog import load_catalog
-from bench.cost.plan import PlanRequest, make_plan
+from bench.planner.ranking import PlanRequest, make_plan
 from bench.cost.outputs import markdown
 from bench.cost.price import STRATEGY, Assumptions, MeasuredRow, Workload, price_rows
 from bench.grid.cell import Cell, axes, choices

@@ -10,7 +10,7 @@ import yaml
 from conftest import REPO
 
 from bench.cli import main
-from bench.cost.launch import SKYPILOT_ACCELERATORS, committed_model
+from bench.planner.launch import SKYPILOT_ACCELERATORS, committed_model
 from bench.errors import OptionError
 from bench.grid.spec import load_grid
 
@@ -24,7 +24,7 @@ ROWS_PLAN = ["plan", "resnet50", str(REPO / "results" / "resnet50" / "predicted"
 def _any_tree(patch: pytest.MonkeyPatch) -> None:
     """Let these tests run on a checkout with uncommitted changes (a developer's): the refusal of a dirty tree has
     tests of its own, on a repository made for them."""
-    patch.setattr("bench.cost.launch.committed_model", lambda model: model)
+    patch.setattr("bench.planner.launch.committed_model", lambda model: model)
 
 
 def _launch(tmp_path_factory, argv: list[str]):
@@ -139,12 +139,12 @@ def repo(tmp_path, monkeypatch):
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
-    monkeypatch.setattr("bench.cost.launch.REPO", root)
+    monkeypatch.setattr("bench.planner.launch.REPO", root)
     return root
 
 
 def test_a_committed_model_file_travels_under_its_repository_path(repo, monkeypatch, tmp_path):
-    from bench.cost.launch import grid_text
+    from bench.planner.launch import grid_text
 
     name = committed_model(f"{repo / 'nets' / 'tiny.py'}:make")  # the local absolute path a user typed
     assert name == "nets/tiny.py:make"

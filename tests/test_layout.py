@@ -14,7 +14,7 @@ from bench.grid.spec import load_grid
 
 # The data's path, lowest first. A module may import its own stage or one below it.
 STAGES = ("units", "errors", "frames", "isolation", "cache", "grid", "train", "measure", "results", "run", "memory", "speed", "cost",
-          "equivalence", "claims", "report", "api", "commands", "cli", "__main__")
+          "planner", "equivalence", "claims", "report", "api", "commands", "cli", "__main__")
 
 
 def _stage(module: str) -> str:

@@ -416,7 +416,7 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
     from bench.memory.fit import memory_fit
     from bench.memory.probe import estimated_peak_bytes
     from bench.memory.allocator import CUDA_SEGMENT_BYTES
-    from bench.speed.predict import SETTLED_WITHIN_BYTES, PlanCandidates, Progress, plan_predictions
+    from bench.planner.search import SETTLED_WITHIN_BYTES, PlanCandidates, Progress, plan_predictions
 
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
     request = PlanCandidates(model="test_resnet", image_size=224, effective_batch=2 ** 15, precisions=("bf16",),
@@ -441,7 +441,7 @@ def test_a_cold_plan_traces_its_configurations_side_by_side_and_answers_as_one_p
     their traces is the one a single process makes, and it counts their traces."""
     import os
 
-    from bench.speed.predict import PlanCandidates, Progress, plan_predictions
+    from bench.planner.search import PlanCandidates, Progress, plan_predictions
 
     request = PlanCandidates(model="test_vit", image_size=32, effective_batch=256, gpus=("A100-40GB", "L4"),
                              precisions=("bf16", "tf32"))

@@ -77,7 +77,8 @@ READ_AND_REPORT = textwrap.dedent("""
     from bench.cli import main
 
     code = main(["report", sys.argv[1]])
-    estimator = ("bench.memory.estimate", "bench.memory.probe", "bench.memory.traces", "bench.speed.predict")
+    estimator = ("bench.memory.estimate", "bench.memory.probe", "bench.memory.traces", "bench.speed.predict",
+                 "bench.planner.search")
     loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "timm") or name in estimator)
     print(json.dumps({"code": code, "loaded": loaded[:5]}))
 """)

@@ -14,7 +14,7 @@ from bench.commands.common import (
     positive_int,
     require_folders,
 )
-from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit, plan_document
+from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, cost_document, emit
 from bench.commands.model_options import (
     MODEL_HELP,
     add_model_options,
@@ -23,9 +23,7 @@ from bench.commands.model_options import (
     model_extras,
     model_fields,
 )
-from bench.cost.catalog import Instance, load_catalog
-from bench.cost.plan import PlanRequest, make_plan
-from bench.cost.price import Assumptions, Workload, price_rows
+from bench.cost.price import Assumptions, Workload
 from bench.errors import OptionError
 
 
@@ -97,34 +95,30 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def price_folders(args: argparse.Namespace) -> int:
     require_folders(args.folders)
-    from bench.cost.outputs import (  # late: matplotlib only here
-        load_ok_rows,
-        summary,
-        write_outputs,
-    )
+    from bench.api import price
+    from bench.cost.outputs import summary, write_outputs  # late: matplotlib only here
     from bench.report.console import steps
     from bench.results.store import preflight
 
-    described, instances = _catalog(args)
     answers = []
     with answer_only(args.format == "json"), steps(len(args.folders), INTERACTIVE) as step:
         for folder in args.folders:
             step.advance(str(folder))
-            rows = load_ok_rows(folder)
-            if not rows:
+            table = price(folder, **_pricing(args))
+            if not table.lines and not table.refused:
                 step.say(f"{folder}: no ok rows, skipped")
                 continue
-            table = price_rows(rows, instances, _workload(args), _assumptions(args))
-            loader, where = _loader_costs(args, [folder])
-            step.say(f"{folder}: {len(rows)} ok rows x {len(instances)} instances")
-            step.say(summary(table, described, loader, where))
+            rows = len({line.row.cell_id for line in table.lines} | {r.row.cell_id for r in table.refused})
+            loader = list(table.loader_costs), table.loader_source
+            step.say(f"{folder}: {rows} ok rows x {len({line.instance for line in table.lines})} instances")
+            step.say(summary(table, table.catalog, *loader))
             written = []
             if table.lines:
                 preflight(folder / "cost", "the cost tables", "nothing was written there")
-                written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}", described,
-                                        loader, where)
+                written = write_outputs(table, folder / "cost", f"{folder.parent.name} on {folder.name}",
+                                        table.catalog, *loader)
                 step.say(f"  wrote {', '.join(str(path) for path in written)}")
-            answers.append(cost_document(folder, table, described, loader, written))
+            answers.append(cost_document(folder, table, table.catalog, loader[0], written))
     if args.format == "json":
         emit("cost", {"folders": answers})
     return 0
@@ -133,50 +127,58 @@ def price_folders(args: argparse.Namespace) -> int:
 def plan_run(args: argparse.Namespace) -> int:
     model, folders = _model_and_folders(args)
     require_folders(folders)
-    if args.launch_spec and args.launch_spec.suffix not in (".yaml", ".yml"):
-        raise OptionError(f"--launch-spec {args.launch_spec}: name the task file FILE.yaml (or .yml)")
-    if args.launch_spec and any(not char.isprintable() for char in str(args.launch_spec)):
-        raise OptionError(f"--launch-spec {str(args.launch_spec)!r}: a file name without control characters "
-                          "(the task's comments quote it)")
-    if args.launch_spec:
-        from bench.results.store import preflight
-
-        if args.launch_spec.is_dir():
-            raise OptionError(f"--launch-spec {args.launch_spec}: is a directory; name the task file FILE.yaml")
-        preflight(args.launch_spec.parent, "the launch spec", "nothing was planned or written", keep_folder=False)
-    from bench.cost.outputs import load_ok_rows, plan_text
+    _check_launch_spec(args.launch_spec)
+    from bench.api import plan as make_plan
+    from bench.planner.render import plan_record, plan_text
     from bench.report.console import steps
 
-    described, instances = _catalog(args)
-    instances = _only_gpus(instances, args.gpu)
+    fields = model_fields(args, args.image_size)
     with answer_only(args.format == "json"), steps(len(folders) + 1, INTERACTIVE, "plan") as step:
-        rows = []
-        for folder in folders:
-            step.advance(f"reading {folder}")
-            rows += load_ok_rows(folder)
-        found = _plan_rows(args, model, rows, instances)
-        rows, image_size = found.rows, found.image_size
-        request = PlanRequest(model=model, effective_batch=args.effective_batch, workload=_workload(args),
-                              image_size=image_size, budget_usd=args.budget_usd,
-                              deadline_hours=args.deadline_hours, spot=args.spot, rank_by=args.rank_by)
-        step.advance(f"pricing {len(rows)} rows x {len(instances)} instances")
-        plan = make_plan(rows, instances, request, _assumptions(args))
-        loader = _loader_costs(args, folders)
+        plan = make_plan(folders, model=model, effective_batch=args.effective_batch, spot=args.spot,
+                         budget_usd=args.budget_usd, deadline_hours=args.deadline_hours,
+                         image_size=fields["image_size"], predict=args.predict, gpus=args.gpu,
+                         precisions=args.precision, checkpointing=args.checkpointing, optimizer=args.optimizer,
+                         model_options=model_extras(fields), rank_by=args.rank_by, check_cell=check_built,
+                         on_text=_progress, on_step=step.advance, **_pricing(args))
     if args.launch_spec:
-        _write_launch_spec(plan, args, image_size)
-    from bench.memory.validate import agreement, agreement_text
-
-    # How often the estimator's fit / does-not-fit answer, which every predicted option's memory rests on, was right
-    memory_agreement = agreement(plan.assumptions.headroom, model=model)
+        _write_launch_spec(plan, args, plan.image_size if fields["image_size"] is None else fields["image_size"])
     if args.format == "json":
-        emit("plan", plan_document(plan, described, args.top, loader[0], memory_agreement))
+        emit("plan", plan_record(plan, args.top))
     else:
-        from bench.cost.outputs import wrapped
-
-        print(plan_text(plan, described, args.top, *loader, wide=args.wide, width=_text_width()))
-        said = f"memory answers: {agreement_text(memory_agreement)}"
-        print(said if args.wide else "\n".join(wrapped(said, width=_text_width())))
+        print(plan_text(plan, args.top, wide=args.wide, width=_text_width()))
     return 0 if plan.options else 1
+
+
+def _pricing(args: argparse.Namespace) -> dict:
+    """The options `bench cost` and `bench plan` share, as `bench.api.price` and `plan` take them."""
+    return dict(allow_cpu_projection=args.allow_cpu_projection, providers=args.provider, catalog=args.catalog,
+                include_superseded=args.include_superseded, dataset_size=args.dataset_size, epochs=args.epochs,
+                scaling_efficiency=args.scaling_efficiency, headroom=args.headroom, loader_rows=args.loader_rows)
+
+
+def _check_launch_spec(path: Path | None) -> None:
+    """A task file that can be written, checked before anything is planned."""
+    if path is None:
+        return
+    if path.suffix not in (".yaml", ".yml"):
+        raise OptionError(f"--launch-spec {path}: name the task file FILE.yaml (or .yml)")
+    if any(not char.isprintable() for char in str(path)):
+        raise OptionError(f"--launch-spec {str(path)!r}: a file name without control characters "
+                          "(the task's comments quote it)")
+    from bench.results.store import preflight
+
+    if path.is_dir():
+        raise OptionError(f"--launch-spec {path}: is a directory; name the task file FILE.yaml")
+    preflight(path.parent, "the launch spec", "nothing was planned or written", keep_folder=False)
+
+
+def _progress(text: str) -> None:
+    """What the predictor did, on stderr like every command's progress: stdout holds the plan alone."""
+    import sys
+
+    from bench.planner.render import wrapped
+
+    print("\n".join(wrapped(text, "  ", _text_width())), file=sys.stderr, flush=True)
 
 
 def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
@@ -196,8 +198,8 @@ def _model_and_folders(args: argparse.Namespace) -> tuple[str, list[Path]]:
 
 def _text_width() -> int:
     """Columns a plan's lines may take: the terminal's (rich's console width) when stdout is one, else the plan's
-    default (`bench.cost.outputs.WIDTH`)."""
-    from bench.cost.outputs import WIDTH
+    default (`bench.planner.render.WIDTH`)."""
+    from bench.planner.render import WIDTH
     from bench.report.console import console
 
     return console.width if console.is_terminal else WIDTH
@@ -210,7 +212,7 @@ def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -
     import shlex
     import sys
 
-    from bench.cost.launch import write_launch_spec
+    from bench.planner.launch import write_launch_spec
 
     files = write_launch_spec(plan, args.launch_spec, model_extras(model_fields(args, image_size)))
     print(f"launch spec: {files.task} (SkyPilot task), {files.grid.name} (the grid it runs), {files.source.name} "
@@ -219,86 +221,3 @@ def _write_launch_spec(plan, args: argparse.Namespace, image_size: int | None) -
     if importlib.util.find_spec("sky") is None:
         print("  SkyPilot is not installed here (no module sky): pip install 'bench[cloud]' to launch the task "
               "(docs/cloud.md)", file=sys.stderr)
-
-
-def _only_gpus(instances: tuple[Instance, ...], gpus: list[str]) -> tuple[Instance, ...]:
-    from bench.measure.hardware import gpu_key_hint, gpu_keys
-
-    unknown = [gpu for gpu in gpus if gpu not in gpu_keys()]
-    if unknown:
-        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; {gpu_key_hint(unknown[0])}")
-    return tuple(i for i in instances if not gpus or i.gpu in gpus)
-
-
-def _plan_rows(args: argparse.Namespace, model: str, rows: list, instances: tuple[Instance, ...]):
-    """The rows the plan ranks, predicted ones added by the rule `bench.plan` follows (`bench.api.plan_rows`).
-    What the predictor did goes to stderr, like every command's progress: stdout holds the plan alone."""
-    import sys
-
-    from bench.api import plan_rows
-    from bench.cost.outputs import wrapped
-    from bench.speed.predict import MEMORY_METHOD
-
-    def say(text: str) -> None:
-        print("\n".join(wrapped(text, "  ", _text_width())), file=sys.stderr, flush=True)
-
-    fields = model_fields(args, args.image_size)
-    found = plan_rows(rows, model=model, effective_batch=args.effective_batch, instances=instances,
-                      image_size=fields["image_size"], predict=args.predict, precisions=tuple(args.precision),
-                      checkpointing=tuple(args.checkpointing), optimizer=args.optimizer, headroom=args.headroom,
-                      model_options=model_extras(fields),
-                      on_text=say, check_cell=check_built)
-    if found.predicted is not None:
-        from bench.units import plural
-
-        gpus = len({instance.gpu for instance in instances})
-        refused = "; ".join(f"{count} {why}" for why, count in found.refused.items())
-        say(f"predicted {plural(found.predicted, 'option')} on {plural(gpus, 'GPU')} in {found.seconds:.1f} s"
-            + (f" (not predicted: {refused})" if refused else ""))
-        say(MEMORY_METHOD)
-    return found
-
-
-def _catalog(args: argparse.Namespace) -> tuple[str, tuple[Instance, ...]]:
-    """(what was loaded, in words; the instances selected)."""
-    catalog = load_catalog(args.catalog)
-    providers = tuple(args.provider)
-    unknown = [name for name in providers if name not in catalog.providers]
-    if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0].lower(), catalog.providers, n=2)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; {hint}known: "
-                          f"{', '.join(catalog.providers)}")
-    which = "current and superseded prices" if args.include_superseded else "current prices"
-    only = f", {', '.join(providers)} only" if providers else ""
-    return f"{catalog.path} ({which}{only})", catalog.select(include_superseded=args.include_superseded,
-                                                            providers=providers)
-
-
-def _loader_costs(args: argparse.Namespace, folders: list[Path]) -> tuple[list, str]:
-    """The loader's CPU cost per sample (`bench.cost.feeding`) and where it was looked for."""
-    from bench.cost.feeding import load_loader_costs
-
-    sources = args.loader_rows or folders
-    for folder in args.loader_rows:
-        if not (folder / "runs.csv").is_file():
-            raise OptionError(f"--loader-rows {folder}: no runs.csv here; pass a results folder such as "
-                              "results/input_pipeline/<device-tag>")
-    costs, where = load_loader_costs(sources), ", ".join(str(folder) for folder in sources)
-    if not costs and not args.loader_rows and args.handler is plan_run:
-        from bench.cost.feeding import study_loader_costs
-
-        costs, study = study_loader_costs()  # every plan states the cores that feed it; say whose host measured them
-        where = study or where
-    return costs, where
-
-
-def _workload(args: argparse.Namespace) -> Workload:
-    return Workload(dataset_size=args.dataset_size, epochs=args.epochs)
-
-
-def _assumptions(args: argparse.Namespace) -> Assumptions:
-    return Assumptions(scaling_efficiency=args.scaling_efficiency, headroom=args.headroom,
-                       allow_cpu_projection=args.allow_cpu_projection)

@@ -216,33 +216,6 @@ def cost_document(folder, table, catalog: str, loader_costs, written) -> dict[st
             "written": written}
 
 
-def plan_document(plan, catalog: str, top: int, loader_costs, agreement=None) -> dict[str, Any]:
-    """`bench plan`: the request, what was left out, the ranked options (the first `top`), why the winner wins and
-    the estimator's measured agreement with public fit/OOM rows (`agreement`, as `bench probe` gives it)."""
-    from dataclasses import asdict
-    from datetime import date as day
-
-    from bench.cost.catalog import stale_note
-    from bench.cost.price import record
-
-    request = plan.request
-    return {"request": {"model": request.model, "effective_batch": request.effective_batch,
-                        "image_size": request.image_size, "budget_usd": request.budget_usd,
-                        "deadline_hours": request.deadline_hours, "spot": request.spot,
-                        "rank_by": request.rank_by},
-            "catalog": catalog, "assumptions": _assumptions(request.workload, plan.assumptions),
-            "image_size": plan.image_size, "left_out": plan.left_out,
-            "oldest_price_observed": plan.oldest_price_observed,
-            "stale_prices": stale_note([o.line.instance for o in plan.options], day.today()),
-            "options_total": len(plan.options),
-            "options": [{**frame_row, "line": record(option.line, request.workload.samples_per_run, loader_costs,
-                                                     strategy=" ".join(filter(None, (option.line.row.strategy,
-                                                                                     option.variant))))}
-                        for frame_row, option in zip(plan.frame_rows()[:top], plan.options)],
-            "reason": plan.reason,
-            "estimator_agreement": None if agreement is None else {**asdict(agreement), "text": agreement.describe()}}
-
-
 def claims_document(findings, written) -> dict[str, Any]:
     """`bench claims`: every claim's verdict, the checks behind it and where the rows came from."""
     from collections import Counter

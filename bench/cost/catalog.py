@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import calendar
 import csv
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -27,8 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-from bench.errors import CatalogError
-from bench.measure.hardware import GpuSpec, gpu_key_hint, gpu_spec
+from bench.errors import CatalogError, OptionError
+from bench.measure.hardware import GpuSpec, gpu_key_hint, gpu_keys, gpu_spec
 
 # The header a catalog file must have. Units are in the names.
 COLUMNS: dict[str, str] = {
@@ -192,6 +193,27 @@ def load_catalog(path: Path | None = None) -> Catalog:
             line = Path(path).read_bytes()[:exc.start].count(b"\n") + 1
             raise CatalogError(f"{name}: line {line}: not UTF-8 text; an instance catalog is a UTF-8 CSV") from None
     return Catalog(name, _parse(name, text))
+
+
+def select_instances(path: Path | None = None, *, include_superseded: bool = False, providers: tuple[str, ...] = (),
+                     gpus: tuple[str, ...] = ()) -> tuple[str, tuple[Instance, ...]]:
+    """(what was loaded, in words; the instances selected) from the catalog at `path` (default: the built-in one):
+    current prices unless `include_superseded`, only `providers` and `gpus` (catalog GPU keys) where given. An
+    unknown provider or GPU key raises `OptionError` naming it, with the closest names."""
+    catalog = load_catalog(path)
+    unknown = [name for name in providers if name not in catalog.providers]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0].lower(), catalog.providers, n=2)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise OptionError(f"--provider {unknown[0]}: not in {catalog.path}; {hint}known: "
+                          f"{', '.join(catalog.providers)}")
+    unknown = [gpu for gpu in gpus if gpu not in gpu_keys()]
+    if unknown:
+        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; {gpu_key_hint(unknown[0])}")
+    which = "current and superseded prices" if include_superseded else "current prices"
+    only = f", {', '.join(providers)} only" if providers else ""
+    instances = catalog.select(include_superseded=include_superseded, providers=providers)
+    return f"{catalog.path} ({which}{only})", tuple(i for i in instances if not gpus or i.gpu in gpus)
 
 
 def _parse(name: str, text: str) -> tuple[Instance, ...]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.errors import OptionError
 from bench.results.read import read_runs
 
 TRAINING_PROCESS_CORES = 1.0
@@ -79,6 +80,24 @@ def study_loader_costs(root: Path = Path(__file__).resolve().parents[2]) -> tupl
     where = ", ".join(str(folder.relative_to(root)) for folder in folders)
     return costs, (f"the repository's input-pipeline study ({where}; another host: measure yours with "
                    "make bench-input and pass --loader-rows)" if costs else "")
+
+
+def priced_loader_costs(loader_rows: list[Path], folders: list[Path],
+                        study_fallback: bool = False) -> tuple[list[LoaderCost], str]:
+    """The loader costs that size the feeding of a priced row, and where they were looked for: those of the
+    `loader_rows` folders when given (each must hold a runs file), else of the `folders` priced; with
+    `study_fallback` (a plan, which always states the cores that feed it) the repository's own study when those
+    have none, said as measured on another host."""
+    for folder in loader_rows:
+        if not (Path(folder) / "runs.csv").is_file():
+            raise OptionError(f"--loader-rows {folder}: no runs.csv here; pass a results folder such as "
+                              "results/input_pipeline/<device-tag>")
+    sources = list(loader_rows) or list(folders)
+    costs, where = load_loader_costs(sources), ", ".join(str(folder) for folder in sources)
+    if not costs and not loader_rows and study_fallback:
+        costs, study = study_loader_costs()
+        where = study or where
+    return costs, where
 
 
 def loader_costs(rows: pd.DataFrame) -> list[LoaderCost]:

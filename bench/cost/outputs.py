@@ -7,8 +7,6 @@ from `bench.cost.feeding` (when loader rows give the CPU cost per sample).
 from __future__ import annotations
 
 import csv
-import textwrap
-from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -17,13 +15,10 @@ import pandas as pd
 from bench.cost.catalog import Instance, stale_note
 from bench.cost.feeding import (
     FORMULA,
-    TRAINING_PROCESS_CORES,
-    Feeding,
     LoaderCost,
     loader_cost_for,
     no_loader_rows,
 )
-from bench.cost.plan import Option, Plan
 from bench.cost.price import COLUMNS, Assumptions, CostLine, CostTable, MeasuredRow, Workload, line_feeding, record
 from bench.errors import ResultsFileError
 from bench.results.markdown import markdown_table
@@ -33,7 +28,8 @@ from bench.units import gib, percent
 
 
 def load_ok_rows(folder: Path) -> list[MeasuredRow]:
-    """The status-ok rows of `folder/runs.csv`, and the predicted rows of a `bench predict` folder.
+    """The status-ok rows of `folder/runs.csv`, and the predicted rows of a `bench predict` folder, as read: the
+    model's speeds that carry a GPU row to other GPUs are the planner's look-up (`bench.planner.rows`), not this.
 
     Raises ResultsFileError when the folder has no runs file.
     """
@@ -42,25 +38,7 @@ def load_ok_rows(folder: Path) -> list[MeasuredRow]:
         raise ResultsFileError(f"{folder}: no runs.csv here; pass a results folder such as "
                                f"results/<experiment>/<device-tag>")
     rows = read_runs(runs, file_schema(runs).columns)  # the runner's, or a prediction's (`bench predict`)
-    return with_model_speeds([MeasuredRow.from_runs_row(row)
-                              for row in records(rows[rows.status.isin(("ok", "predicted"))])])
-
-
-def with_model_speeds(rows: list[MeasuredRow]) -> list[MeasuredRow]:
-    """`rows`, each one measured on a catalog GPU with its `model_speeds` (`bench.speed.predict.model_speeds`: two
-    disk-cached traces per configuration, whatever its split), so that its lines on other GPUs scale it by the
-    model's ratio between the two GPUs."""
-    projectable = [row for row in rows if row.projectable_by_model]
-    if not projectable:
-        return rows  # no GPU row: no trace, no torch
-    from bench.memory.fake_models import FakeModels
-    from bench.speed.predict import model_speeds
-
-    models, speeds = FakeModels(), {}
-    for row in projectable:
-        if row.configuration not in speeds:
-            speeds[row.configuration] = model_speeds(row.cell(), models)
-    return [replace(row, model_speeds=speeds[row.configuration]) if row.projectable_by_model else row for row in rows]
+    return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status.isin(("ok", "predicted"))])]
 
 
 def write_outputs(table: CostTable, folder: Path, title: str, catalog_name: str,
@@ -87,7 +65,7 @@ def header_lines(table: CostTable, catalog_name: str, loader_costs: list[LoaderC
     sizes = sorted({line.row.image_size for line in table.lines} | {r.row.image_size for r in table.refused})
     cpu_projected = any(line.basis == "projected_from_cpu_profile" for line in table.priced)
     used = [line.instance for line in table.priced]
-    return _context(table.workload, table.assumptions, sizes, catalog_name, table.oldest_price_observed,
+    return context_lines(table.workload, table.assumptions, sizes, catalog_name, table.oldest_price_observed,
                     cpu_projected, used) + feeding_lines(sorted({line.row.image_size for line in table.priced}),
                                                          loader_costs or [], loader_source)
 
@@ -103,7 +81,7 @@ def feeding_lines(sizes: list[int], costs: list[LoaderCost], where: str) -> list
     return lines
 
 
-def _context(workload: Workload, assumptions: Assumptions, sizes: list[int], catalog_name: str,
+def context_lines(workload: Workload, assumptions: Assumptions, sizes: list[int], catalog_name: str,
              oldest_price: str | None, cpu_projected: bool, used: list[Instance] | tuple = (),
              size_source: str = "the measured image size") -> list[str]:
     """What every figure assumes; `size_source` says where the image size comes from."""
@@ -197,101 +175,6 @@ def summary(table: CostTable, catalog_name: str, loader_costs: list[LoaderCost] 
     reasons = [refusal.reason for refusal in table.refused]
     out += [f"  not priced at all: {reasons.count(reason)} row(s): {reason}" for reason in dict.fromkeys(reasons)]
     return "\n".join(out)
-
-
-WIDTH = 120
-"""`bench plan`'s lines are at most this wide when stdout is not a terminal (`--wide`: every column, unwrapped)."""
-
-NOT_INCLUDED = ("not included: reading and decoding the data (the speed is the training step's on inputs already on "
-                "the GPU; the feeding line says the host cores the input pipeline needs), evaluation, checkpoint "
-                "saving, and start-up (provisioning, installing, building and warming up the model)")
-"""What a plan's hours and dollars leave out, said once on every plan."""
-
-
-def plan_text(plan: Plan, catalog_name: str, top: int, loader_costs: list[LoaderCost] | None = None,
-              loader_source: str = "", wide: bool = False, width: int = WIDTH) -> str:
-    """Console text: the ranked options (hours and dollars as ranges where predicted), why the winner wins, then
-    what the plan assumes, leaves out and left out, the basis of each option's speed, and the cores that feed the
-    winner. Lines are wrapped at `width` (the command passes the terminal's) unless `wide`, which adds the feeding and basis columns to the
-    table."""
-    request = plan.request
-    sizes = [] if plan.image_size is None else [plan.image_size]
-    cpu_projected = any(option.line.basis == "projected_from_cpu_profile" for option in plan.options)
-    basis = "spot" if request.spot else "on-demand"
-    limits = [f"budget ${request.budget_usd:g}" if request.budget_usd else "",
-              f"deadline {request.deadline_hours:g} h" if request.deadline_hours else ""]
-    ranked_by = "hours per run" if request.rank_by == "hours" else f"{basis} USD per run"
-    out = [f"plan: {request.model} at effective batch {request.effective_batch}, ranked by {ranked_by}"
-           + "".join(f", {limit}" for limit in limits if limit)]
-    feeds = {id(option): line_feeding(option.line, loader_costs or []) for option in plan.options}
-    shown = plan.options[:top]
-    out += _rank_table(shown, feeds, wide)
-    if len(plan.options) > top:
-        out.append(f"  ... {len(plan.options) - top} more (--top)")
-    bases = list(dict.fromkeys(option.basis_text for option in shown))
-    notes = [f"why: {plan.reason}"]
-    if not wide:  # each option's basis (hours and dollars as ranges where predicted), a shared basis said once
-        notes += [f"basis [{index}]: {text}" for index, text in enumerate(bases, start=1)]
-        notes += [f"  {rank}: [{bases.index(option.basis_text) + 1}]"
-                  + (f" {option.evidence.removeprefix(option.basis_text).lstrip('; ')}"
-                     if option.evidence != option.basis_text else "")
-                  for rank, option in enumerate(shown, start=1)]
-    measured = any(option.line.basis != "predicted" for option in plan.options) or not plan.options
-    context = _context(request.workload, plan.assumptions, sizes, catalog_name, plan.oldest_price_observed,
-                       cpu_projected, [option.line.instance for option in plan.options],
-                       "the measured image size" if measured else "the predicted image size")
-    context.append(NOT_INCLUDED)
-    context += feeding_lines(sizes, loader_costs or [], loader_source)
-    if plan.left_out:
-        context.append("left out: " + "; ".join(f"{count} {why}" for why, count in plan.left_out.items()))
-    notes += [f"  {line}" for line in context]
-    if plan.options and loader_costs:  # without loader rows the feeding line above already says so, once
-        notes.append(f"feeding: {_winner_feeding(plan.options[0], feeds[id(plan.options[0])])}")
-    for note in notes:
-        indent = note[:len(note) - len(note.lstrip())]
-        out += [note] if wide else wrapped(note.lstrip(), indent, width)
-    return "\n".join(out)
-
-
-def _rank_table(shown: tuple[Option, ...], feeds: dict, wide: bool) -> list[str]:
-    """The ranked options, one line each, every column as wide as its longest entry (a long instance label moves
-    the next column for every line alike); `wide` adds the feeding and the basis."""
-    if not shown:
-        return []
-    feeding = {id(o): feeds[id(o)][0].describe() if feeds[id(o)] else "no loader rows" for o in shown}
-    instance_width = max(len("instance"), *(len(option.line.instance.label) for option in shown))
-    configuration_width = max(len("configuration"), *(len(option.configuration) for option in shown))
-    feeding_width = max(len("feeding"), *(len(text) for text in feeding.values()))
-    head = f"  {'rank':>4}  {'usd_per_run':>11}  {'hours_per_run':>13}  {'instance':<{instance_width}}  "
-    lines = [head + (f"{'configuration':<{configuration_width}}  {'feeding':<{feeding_width}}  basis" if wide
-                     else "configuration")]
-    for rank, option in enumerate(shown, start=1):
-        line = (f"  {rank:>4}  {option.usd_per_run:>11,.2f}  {option.hours_per_run:>13,.2f}  "
-                f"{option.line.instance.label:<{instance_width}}  ")
-        lines.append(line + (f"{option.configuration:<{configuration_width}}  "
-                             f"{feeding[id(option)]:<{feeding_width}}  {option.evidence}" if wide
-                             else option.configuration))
-    return lines
-
-
-def wrapped(text: str, indent: str = "", width: int = WIDTH) -> list[str]:
-    """`text` in lines of at most `width` characters, continuation lines indented four more spaces."""
-    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "    ",
-                         break_long_words=False, break_on_hyphens=False)
-
-
-def _winner_feeding(option, fed: tuple[Feeding, LoaderCost, str] | None) -> str:
-    """One line: the cores the recommended option needs to feed its GPUs, and whether it has them."""
-    if fed is None:
-        return "not estimated (no loader rows; see above)"
-    need, cost, note = fed
-    instance = option.line.instance
-    head = (f"{instance.label} at {option.line.samples_per_s_per_gpu:,.0f} samples/s per GPU needs "
-            f"{need.cores_per_gpu:.1f} decoding cores per GPU + {TRAINING_PROCESS_CORES:g} for its training process: "
-            f"{need.vcpus_needed} vCPUs")
-    has = ("; the catalog does not list its vCPUs" if need.vcpus is None else
-           f"; it has {need.vcpus}" + ("" if need.feeds else ": it CANNOT FEED its GPUs at this speed"))
-    return f"{head}{has} ({cost.describe()}{note})"
 
 
 def chart(table: CostTable, path: Path, title: str, max_strategies: int = 6) -> None:

@@ -7,7 +7,7 @@ Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
 - `projected_by_model`: the row's samples/s times the throughput model's predicted ratio between the
   target GPU and the row's own for the row's configuration (Habitat's way: the model predicts what
   changes between the GPUs, the measurement keeps what it got right on its own). Needs the row's
-  `model_speeds` (`bench.cost.outputs.with_model_speeds` traces them); it carries the error of that
+  `model_speeds` (`bench.planner.rows.with_model_speeds` looks them up); it carries the error of that
   projection across pairs of public rows on two GPUs (`bench.speed.validate.model_scaled_pairs`);
 - `projected_from_gpu`: where the configuration cannot be traced or the model has no speed for one
   of the two GPUs, the row's MFU times the target GPU's datasheet dense peak for the row's
@@ -49,7 +49,6 @@ from bench.units import GIB, gib, percent, tflop_per_s
 
 if TYPE_CHECKING:  # the throughput model imports torch; pricing does not
     from bench.speed.params import ErrorBand
-    from bench.speed.predict import PlanPrediction
 
 IMAGENET_1K_TRAIN_IMAGES = 1_281_167
 SECONDS_PER_HOUR = 3600
@@ -185,22 +184,6 @@ class MeasuredRow:
                    speed_interval=_row_interval(row, number),
                    grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")),
                    axes=configuration_key(row))
-
-    @classmethod
-    def predicted(cls, option: PlanPrediction) -> MeasuredRow:
-        """A plan option of the throughput model (`bench.speed.predict.plan_predictions`), basis `predicted`."""
-        cell, gpu, prediction = option.cell, option.prediction.gpu, option.prediction
-        # the cell's own id, and the GPU: a plan prices one cell on several GPUs, each a line of its own
-        return cls(cell_id=f"{cell.cell_id}-{gpu}",
-                   experiment=cell.experiment, profile=cell.profile, model=cell.model, image_size=cell.image_size,
-                   micro_batch=cell.micro_batch, accum_steps=cell.accum_steps, precision=cell.precision,
-                   checkpointing=cell.checkpointing, optimizer=cell.optimizer, device_type="cuda",
-                   device_name=f"predicted for {gpu}", samples_per_s=prediction.samples_per_s,
-                   mfu_pct=prediction.mfu_pct, model_flops_per_sample=prediction.model_flops_per_sample,
-                   peak_memory_bytes=option.peak_reserved_bytes, peak_reserved_bytes=option.peak_reserved_bytes,
-                   memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=option.basis,
-                   speed_interval=prediction.interval,
-                   grads_bytes=option.grads_bytes or None, axes=configuration_key(cell.to_dict()))
 
     @property
     def effective_batch(self) -> int:
@@ -591,6 +574,12 @@ class CostTable(Tabular):
     refused: tuple[Refusal, ...]
     workload: Workload
     assumptions: Assumptions
+    catalog: str = ""
+    """The instance catalog priced, in words (its file, which prices, which providers)."""
+    loader_costs: tuple[LoaderCost, ...] = ()
+    """The loader rows' CPU cost per sample that sizes the cores feeding each line (empty: none found)."""
+    loader_source: str = ""
+    """Where those loader rows were looked for."""
     priced: tuple[CostLine, ...] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cost.plan import Option, Plan
+from bench.planner.ranking import Option, Plan
 from bench.errors import OptionError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def measurement_cost(option: Option) -> str:
     from bench.grid.spec import RunSettings
 
     settings = RunSettings()
-    row, instance = option.line.row, option.line.instance
+    row = option.line.row
     step_s = row.micro_batch * option.accum_steps_per_gpu / option.line.samples_per_s_per_gpu
     steps = settings.warmup_steps + settings.measured_steps
     low_s = steps * step_s
@@ -168,7 +168,7 @@ def grid_text(plan: Plan, option: Option, model_fields: dict[str, object], model
     """The grid file of one option: one cell, at the plan's image size (224 when no row gave one). `model`: the
     reference as the cluster names it (`committed_model`; default the plan's).
 
-    channels_last is on: the plan's predicted rows trace it so (`bench.speed.predict.PlanCandidates`)."""
+    channels_last is on: the plan's predicted rows trace it so (`bench.planner.search.PlanCandidates`)."""
     row = option.line.row
     model = model or plan.request.model
     code = ":" in model and not model.startswith("hf-hub:")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bench.cost.catalog import Instance
 from bench.cost.price import (
@@ -33,6 +33,10 @@ from bench.errors import BadInput
 from bench.frames import Tabular
 from bench.results.keys import varying
 from bench.units import gib
+
+if TYPE_CHECKING:
+    from bench.cost.feeding import LoaderCost
+    from bench.memory.validate import Agreement
 
 
 class PlanError(BadInput):
@@ -162,6 +166,15 @@ class Plan(Tabular):
     options: tuple[Option, ...]
     left_out: dict[str, int]
     reason: str
+    catalog: str = ""
+    """The instance catalog priced, in words (its file, which prices, which providers)."""
+    loader_costs: tuple[LoaderCost, ...] = ()
+    """The loader rows' CPU cost per sample that sizes the cores feeding each option (empty: none found)."""
+    loader_source: str = ""
+    """Where those loader rows were looked for."""
+    memory_agreement: Agreement | None = None
+    """The estimator's measured agreement with public fit/OOM rows, which a predicted option's memory rests on
+    (None: not known where the package runs without its repository's results)."""
 
     @property
     def oldest_price_observed(self) -> str | None:
