@@ -467,6 +467,20 @@ def _loader_rows():
                          row("loader_gpu_decode", 2, 0.4), row("loader", 4, 4.0, size=224)])
 
 
+def test_bench_cost_of_a_renamed_estimate_or_prediction_folder_looks_for_no_loader_rows_in_it(tmp_path):
+    """Only the runner's files hold loader rows; an estimate's or a prediction's, whatever its folder is called, is
+    not read as one (it used to be, unless the folder was named `predicted`: `bench cost` stopped on its columns)."""
+    from bench.cost.feeding import load_loader_costs
+    from bench.results.schema import ESTIMATE_COLUMNS, PREDICTED_COLUMNS
+
+    folders = []
+    for name, columns in (("my_predictions", PREDICTED_COLUMNS), ("my_estimates", ESTIMATE_COLUMNS)):
+        folders.append(tmp_path / name)
+        folders[-1].mkdir()
+        (folders[-1] / "runs.csv").write_text(",".join(columns) + "\n")
+    assert load_loader_costs(folders) == []
+
+
 def test_the_loader_cost_comes_from_ok_cpu_decoding_loader_rows_per_image_size():
     from bench.cost.feeding import loader_cost_for, loader_costs
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import OptionError
-from bench.results.read import read_runs
+from bench.results.read import file_schema, read_runs
 
 TRAINING_PROCESS_CORES = 1.0
 """Cores each GPU's training process needs beside its loader workers (the loop issuing kernels)."""
@@ -61,9 +61,10 @@ class LoaderCost:
 
 def load_loader_costs(folders: list[Path]) -> list[LoaderCost]:
     """The loader costs of the ok loader rows (decoded on the CPU) in `folders`' runs files."""
-    # A predictions folder (`bench predict`) has no loader rows: nothing measured a loader there.
-    frames = [read_runs(Path(folder) / "runs.csv") for folder in folders
-              if (Path(folder) / "runs.csv").is_file() and Path(folder).name != "predicted"]
+    # Only a runner's file has loader rows: nothing measured a loader in an estimate's or a prediction's, whatever its
+    # folder is called (its header says its kind).
+    runs = [Path(folder) / "runs.csv" for folder in folders if (Path(folder) / "runs.csv").is_file()]
+    frames = [read_runs(path) for path in runs if file_schema(path).kind == "measured"]
     return loader_costs(pd.concat(frames, ignore_index=True)) if frames else []
 
 
