@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
     import pandas as pd
 
-    from bench.planner.ranking import Plan
     from bench.cost.price import CostTable
     from bench.grid.cell import Cell
     from bench.grid.spec import Grid
-    from bench.memory.estimate import Estimate
     from bench.measure.device import DeviceInfo
+    from bench.memory.estimate import Estimate
     from bench.memory.probe import OnTrial, ProbeResult
+    from bench.planner.ranking import Plan
     from bench.report.compare import Comparison
 
 __all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan", "read_rows", "load_for_device",
@@ -52,12 +52,12 @@ def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto",
     MFU needs a peak: the GPU's datasheet figure, or on a CPU the matmul peak stored under
     `results_root` (measured there first if absent). Without `results_root` on a CPU, MFU is left
     empty. Nothing is written to a runs file: `run_grid` does that."""
+    from bench.grid.model_ref import ModelSpec
     from bench.measure.device import detect_device
     from bench.measure.flops import flops_per_sample
     from bench.measure.peak import PeakFlops, ensure_peak
     from bench.run.cell_measurement import CellTask
     from bench.run.cell_process import run_cell
-    from bench.grid.model_ref import ModelSpec
 
     info = detect_device(device)
     if info.type == "cpu" and results_root is None:
@@ -137,12 +137,12 @@ def price(folder: str | Path, *, allow_cpu_projection: bool = False, providers: 
     from bench.cost.feeding import priced_loader_costs
     from bench.cost.outputs import load_ok_rows
     from bench.cost.price import price_rows
-    from bench.planner.rows import with_model_speeds
+    from bench.planner.rows import projection_errors, with_model_speeds
 
     described, instances = select_instances(None if catalog is None else Path(catalog),
                                             include_superseded=include_superseded, providers=tuple(providers))
     table = price_rows(with_model_speeds(load_ok_rows(Path(folder))), instances, _workload(dataset_size, epochs),
-                       _assumptions(scaling_efficiency, headroom, allow_cpu_projection))
+                       _assumptions(scaling_efficiency, headroom, allow_cpu_projection), projection_errors())
     loader_costs, loader_source = priced_loader_costs([Path(f) for f in loader_rows], [Path(folder)])
     return replace(table, catalog=described, loader_costs=tuple(loader_costs), loader_source=loader_source)
 
@@ -173,7 +173,7 @@ def plan(folders: Iterable[str | Path] = (), *, model: str, effective_batch: int
     from bench.cost.outputs import load_ok_rows
     from bench.memory.validate import agreement
     from bench.planner.ranking import PlanRequest, make_plan
-    from bench.planner.rows import plan_rows, with_model_speeds
+    from bench.planner.rows import plan_rows, projection_errors, with_model_speeds
 
     step = on_step or (lambda text: None)
     folders = [Path(folder) for folder in folders]
@@ -194,8 +194,8 @@ def plan(folders: Iterable[str | Path] = (), *, model: str, effective_batch: int
                           rank_by=rank_by)
     step(f"pricing {len(found.rows)} rows x {len(instances)} instances")
     loader_costs, loader_source = priced_loader_costs([Path(f) for f in loader_rows], folders, study_fallback=True)
-    return replace(make_plan(found.rows, instances, request, assumptions), catalog=described,
-                   loader_costs=tuple(loader_costs), loader_source=loader_source,
+    ranked = make_plan(found.rows, instances, request, assumptions, projection_errors())
+    return replace(ranked, catalog=described, loader_costs=tuple(loader_costs), loader_source=loader_source,
                    memory_agreement=agreement(assumptions.headroom, model=model))
 
 

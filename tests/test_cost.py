@@ -11,7 +11,6 @@ from conftest import CPU_ROWS, REPO, bench_in_process, paragraphs, read_rows
 from bench.cost.catalog import COLUMNS as CATALOG_COLUMNS
 from bench.cost.catalog import Instance, load_catalog
 from bench.cost.outputs import COLUMNS as COST_COLUMNS
-from bench.planner.ranking import PlanError, PlanRequest, explain, make_plan
 from bench.cost.price import (
     Assumptions,
     MeasuredRow,
@@ -23,6 +22,8 @@ from bench.cost.price import (
     run_cost,
 )
 from bench.errors import CatalogError
+from bench.planner.ranking import PlanError, PlanRequest, explain, make_plan
+from bench.planner.rows import projection_errors
 from bench.speed.params import load_model_file
 from bench.measure.hardware import gpu_keys, gpu_spec
 from bench.measure.utilization import samples_per_s_at
@@ -77,7 +78,7 @@ def test_seed_article_p4d_arithmetic(one_gpu_hours, article_usd, at_0_9_usd):
 
 def test_projection_is_measured_mfu_times_the_target_peak():
     row = _row()
-    h100 = gpu_speed(row, gpu_spec("H100-80GB"))
+    h100 = gpu_speed(row, gpu_spec("H100-80GB"), projection_errors())
     assert h100.basis == "projected_from_gpu"
     assert h100.samples_per_s == pytest.approx(0.40 * 989e12 / 24.6e9)
     assert h100.samples_per_s == pytest.approx(row.samples_per_s * 989 / 312)  # same MFU, bigger peak
@@ -88,6 +89,9 @@ def test_projection_is_measured_mfu_times_the_target_peak():
     assert f"median error {projection.median_error_pct:.1f} %" in h100.assumption
     low, high = h100.interval
     assert low == pytest.approx(h100.samples_per_s / projection.ratio_high) and low < h100.samples_per_s < high
+    # Pricing reads no file: without the errors passed in, the same projection states none and gives no interval.
+    bare = gpu_speed(row, gpu_spec("H100-80GB"))
+    assert bare.samples_per_s == h100.samples_per_s and bare.interval is None and "median error" not in bare.assumption
     fp32 = gpu_speed(_row(precision="fp32", mfu_pct=50.0), gpu_spec("L4"))
     assert fp32.samples_per_s == pytest.approx(0.50 * 30.3e12 / 24.6e9)  # the fp32 column, TF32 off
 
@@ -95,7 +99,7 @@ def test_projection_is_measured_mfu_times_the_target_peak():
 def test_a_gpu_row_on_another_gpu_scales_by_the_models_ratio_between_the_two():
     """Habitat's way: the measurement keeps what it got right on its own GPU, the model predicts what changes."""
     row = _row(samples_per_s=2000.0, model_speeds=(("A100-40GB", 1600.0), ("H100-80GB", 3000.0)))
-    h100 = gpu_speed(row, gpu_spec("H100-80GB"))
+    h100 = gpu_speed(row, gpu_spec("H100-80GB"), projection_errors())
     assert h100.basis == "projected_by_model" and h100.samples_per_s == pytest.approx(2000.0 * 3000 / 1600)
     assert "measured on A100-40GB x 1.88, the throughput model's predicted ratio of H100-80GB to A100-40GB" in \
         h100.assumption
@@ -293,7 +297,8 @@ def _plan_rows() -> list[MeasuredRow]:
 def test_plan_ranks_fitting_options_by_dollars_and_says_why_the_winner_wins():
     a100, l4, big = _instance("A100-40GB", usd_per_hour=1.29), _instance("L4", usd_per_hour=0.44), \
         _instance("A100-40GB", gpu_count=8, usd_per_hour=32.77)
-    plan = make_plan(_plan_rows(), (a100, l4, big), PlanRequest(model="resnet50", effective_batch=128), Assumptions())
+    plan = make_plan(_plan_rows(), (a100, l4, big), PlanRequest(model="resnet50", effective_batch=128), Assumptions(),
+                     projection_errors())
     costs = [o.usd_per_run for o in plan.options]
     assert costs == sorted(costs)
     winner = plan.options[0]
@@ -347,7 +352,7 @@ def test_a_measurement_scaled_by_the_model_beats_the_model_alone():
                         predicted_gpu="L4", speed_basis="predicted (model vT, leave-one-GPU-out, ...)",
                         speed_interval=(400.0, 600.0), memory_source="estimate_cuda_allocator", model_speeds=())
     option, = make_plan([measured, predicted], (l4,), PlanRequest(model="resnet50", effective_batch=128),
-                        Assumptions()).options
+                        Assumptions(), projection_errors()).options
     assert option.line.basis == "projected_by_model" and option.line.samples_per_s_per_gpu == pytest.approx(512.0)
     assert "measured speed x the model's ratio between the two GPUs: across" in option.evidence
 

@@ -1,7 +1,10 @@
 """Dollars per training run: measured rows x instance catalog x workload -> a priced table.
 
 Pure arithmetic (no files, no clock, no device): numbers in, dataclasses out, like
-Lightning's `Throughput`. Every per-GPU speed says how it is known (`basis`):
+Lightning's `Throughput`. The GPUs' figures come with the instances and rows (the GPU catalog rows
+`bench.measure.hardware` holds), the projections' measured errors as `ProjectionErrors` from the
+caller (`bench.planner.rows.projection_errors` reads them off the throughput model's validation).
+Every per-GPU speed says how it is known (`basis`):
 
 - `measured`: the row's own samples/s, on an instance with the GPU the row ran on;
 - `projected_by_model`: the row's samples/s times the throughput model's predicted ratio between the
@@ -366,37 +369,45 @@ class GpuSpeed:
     """(low, high) per-GPU samples/s: a prediction's or projection's validated error, a measurement's 95 % interval."""
     interval_basis: str = ""
     """What `interval` is, in words."""
+    error: str = ""
+    """A projection's error across public pairs of GPUs, in words ("" for any other basis, or none measured)."""
 
 
-_PROJECTIONS = {"projected_by_model": ("model_scaled", "measured speed x the model's ratio between the two GPUs"),
-                "projected_from_gpu": ("projection", "measured MFU carried over")}
-"""A projection from a GPU row: the band of `speed_params.json`'s validation that measured it, and what it is."""
+@dataclass(frozen=True)
+class ProjectionErrors:
+    """What the two projections from a GPU row have missed by across public pairs of rows on two GPUs (`bench predict
+    --validate`, kept in the throughput model's parameter file): the caller passes them in, so pricing reads no file.
+    None: not measured (the projection then states no error and no interval)."""
 
+    model_scaled: ErrorBand | None = None
+    """`projected_by_model`: measured speed x the model's ratio between the two GPUs."""
+    mfu_carried: ErrorBand | None = None
+    """`projected_from_gpu`: the measured MFU carried over to the other GPU's datasheet peak."""
 
-def projection_error(basis: Basis) -> str:
-    """What a projection from a GPU row (`_PROJECTIONS`) has missed by in public rows (`bench predict --validate`);
-    "" for any other basis, or where the parameter file holds no such band."""
-    band, what = _projection_band(basis)
-    return ("" if band is None else f"{what}: across {band.rows} pairs of public rows on two GPUs, "
-            f"median error {band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %")
-
-
-def _projection_interval(basis: Basis, samples_per_s: float) -> tuple[float, float] | None:
-    band, _ = _projection_band(basis)
-    return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
-
-
-def _projection_band(basis: Basis) -> tuple[ErrorBand | None, str]:
-    from bench.speed.params import load_model_file  # no torch: the parameter file only
-
-    if basis not in _PROJECTIONS:
+    def band(self, basis: Basis) -> tuple[ErrorBand | None, str]:
+        """(the band, what the projection is) for a projection's basis; (None, "") for any other."""
+        if basis == "projected_by_model":
+            return self.model_scaled, "measured speed x the model's ratio between the two GPUs"
+        if basis == "projected_from_gpu":
+            return self.mfu_carried, "measured MFU carried over"
         return None, ""
-    name, what = _PROJECTIONS[basis]
-    return getattr(load_model_file(), name), what
+
+    def describe(self, basis: Basis) -> str:
+        """What the projection of `basis` has missed by in public rows; "" for any other basis, or one not measured."""
+        band, what = self.band(basis)
+        return ("" if band is None else f"{what}: across {band.rows} pairs of public rows on two GPUs, "
+                f"median error {band.median_error_pct:.1f} %, p90 {band.p90_error_pct:.1f} %")
+
+    def interval(self, basis: Basis, samples_per_s: float) -> tuple[float, float] | None:
+        """The band's p10-p90 around a projected speed; None where there is no band."""
+        band, _ = self.band(basis)
+        return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
 
 
-def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
-    """The row's per-GPU samples/s on `gpu`, or (status, why not) when there is no honest number.
+def gpu_speed(row: MeasuredRow, gpu: GpuSpec,
+              errors: ProjectionErrors = ProjectionErrors()) -> GpuSpeed | tuple[Status, str]:
+    """The row's per-GPU samples/s on `gpu`, or (status, why not) when there is no honest number; a projection
+    carries its error and interval from `errors`.
 
     Example: a row measured on an A100-40GB at 40 % MFU, projected to an H100 (same MFU):
         >>> from bench.measure.hardware import gpu_spec
@@ -417,7 +428,7 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
     if measured is not None and measured.gpu == gpu.gpu:
         return GpuSpeed(row.samples_per_s, "measured", f"measured on {row.device_name}", row.speed_interval,
                         row.interval_basis)
-    scaled = _model_scaled(row, measured, gpu)
+    scaled = _model_scaled(row, measured, gpu, errors)
     if scaled is not None:
         return scaled
     peak = gpu.peak_flops_per_s(row.precision)
@@ -435,28 +446,29 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec) -> GpuSpeed | tuple[Status, str]:
                         f"NOT a GPU measurement: MFU {row.mfu_pct:.1f}% (of a measured matmul peak) on a CPU ({row.device_name}) "
                         f"at the CPU profile's reduced size ({row.image_size} px, effective batch "
                         f"{row.effective_batch}) applied to {target}")
-    return _projected("projected_from_gpu", samples_per_s,
+    return _projected("projected_from_gpu", samples_per_s, errors,
                       f"projection: MFU {row.mfu_pct:.1f}% measured on {measured.gpu if measured else row.device_name} "
                       f"assumed to carry over to {target}{_ratios(measured, gpu, row.precision)}")
 
 
-def _model_scaled(row: MeasuredRow, measured: GpuSpec | None, gpu: GpuSpec) -> GpuSpeed | None:
+def _model_scaled(row: MeasuredRow, measured: GpuSpec | None, gpu: GpuSpec,
+                  errors: ProjectionErrors) -> GpuSpeed | None:
     """The row's speed times the model's predicted ratio of `gpu` to the measuring GPU; None without both."""
     speeds = dict(row.model_speeds)
     if measured is None or measured.gpu not in speeds or gpu.gpu not in speeds:
         return None
     ratio = speeds[gpu.gpu] / speeds[measured.gpu]
-    return _projected("projected_by_model", row.samples_per_s * ratio,
+    return _projected("projected_by_model", row.samples_per_s * ratio, errors,
                       f"projection: {row.samples_per_s:,.1f} samples/s measured on {measured.gpu} x {ratio:.3g}, the "
                       f"throughput model's predicted ratio of {gpu.gpu} to {measured.gpu} for this configuration")
 
 
-def _projected(basis: Basis, samples_per_s: float, how: str) -> GpuSpeed:
+def _projected(basis: Basis, samples_per_s: float, errors: ProjectionErrors, how: str) -> GpuSpeed:
     """A projection from a GPU row: how it was made, then its error across public pairs of GPUs and that error's
     p10-p90 as its interval."""
-    error = projection_error(basis)
+    error = errors.describe(basis)
     return GpuSpeed(samples_per_s, basis, how + (f"; {error}" if error else ""),
-                    _projection_interval(basis, samples_per_s), "p10-p90 of that error")
+                    errors.interval(basis, samples_per_s), "p10-p90 of that error", error)
 
 
 def _ratios(measured: GpuSpec | None, target: GpuSpec, precision: str) -> str:
@@ -491,6 +503,8 @@ class CostLine:
     """What `speed_interval` is, in words."""
     accum_steps_per_gpu: int | None = None
     """Micro-steps each GPU runs per optimizer step on this line (None: the row's own accumulation)."""
+    speed_error: str = ""
+    """A projected speed's error across public pairs of GPUs, in words (`GpuSpeed.error`)."""
 
     @property
     def accum_steps(self) -> int:
@@ -522,16 +536,18 @@ class CostLine:
 
 
 def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumptions: Assumptions,
-               measured: MeasuredScaling | None = None, accum_steps_per_gpu: int | None = None) -> CostLine:
+               measured: MeasuredScaling | None = None, accum_steps_per_gpu: int | None = None,
+               errors: ProjectionErrors = ProjectionErrors()) -> CostLine:
     """`row` on `instance`: memory fit first, then speed, then hours and dollars.
 
     `measured`: scaling efficiencies measured by data-parallel rows (`measured_scaling`).
     `accum_steps_per_gpu`: micro-steps each GPU runs per optimizer step where the caller splits the row's
     effective batch over the GPUs (`bench plan`); default the row's own accumulation.
+    `errors`: what a projection from a GPU row has missed by in public rows (default: not known).
     """
     peak_bytes, memory_basis = row.memory_peak()
     fit = memory_fit(peak_bytes, assumptions.headroom, instance.gpu_spec.memory_gib)
-    speed = gpu_speed(row, instance.gpu_spec)
+    speed = gpu_speed(row, instance.gpu_spec, errors)
     scaling = (scaling_for(row, instance.gpu_count, measured or {}, assumptions.scaling_efficiency, instance,
                            accum_steps_per_gpu)
                if instance.gpu_count > 1 else None)
@@ -555,7 +571,7 @@ def price_line(row: MeasuredRow, instance: Instance, workload: Workload, assumpt
                     usd_per_hour=instance.usd_per_hour, spot_usd_per_hour=instance.spot_usd_per_hour)
     return CostLine(**common, status="priced", note=note, basis=speed.basis,
                     samples_per_s_per_gpu=speed.samples_per_s, cost=cost, speed_interval=speed.interval,
-                    interval_basis=speed.interval_basis)
+                    interval_basis=speed.interval_basis, speed_error=speed.error)
 
 
 @dataclass(frozen=True)
@@ -622,8 +638,8 @@ def cpu_refusal(row: MeasuredRow) -> str:
 
 
 def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workload: Workload,
-               assumptions: Assumptions) -> CostTable:
-    """Every row on every instance.
+               assumptions: Assumptions, errors: ProjectionErrors = ProjectionErrors()) -> CostTable:
+    """Every row on every instance (`errors`: as `price_line` takes them).
 
     Example (a made-up row measured on an L4, priced on AWS's g6.xlarge):
         >>> from bench.cost.catalog import load_catalog
@@ -649,7 +665,7 @@ def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workloa
         if row.on_cpu and not assumptions.allow_cpu_projection:
             refused.append(Refusal(row, cpu_refusal(row)))
             continue
-        lines.extend(price_line(row, instance, workload, assumptions, measured) for instance in instances
+        lines.extend(price_line(row, instance, workload, assumptions, measured, errors=errors) for instance in instances
                      if row.serves(instance.gpu))
     return CostTable(tuple(lines), tuple(refused), workload, assumptions)
 

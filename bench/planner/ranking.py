@@ -24,10 +24,10 @@ from bench.cost.price import (
     CostLine,
     MeasuredRow,
     MeasuredScaling,
+    ProjectionErrors,
     Workload,
     measured_scaling,
     price_line,
-    projection_error,
 )
 from bench.errors import BadInput
 from bench.frames import Tabular
@@ -132,7 +132,7 @@ class Option:
         and error."""
         if self.line.basis == "predicted":
             return self.line.row.speed_basis
-        error = projection_error(self.line.basis)
+        error = self.line.speed_error
         return f"{self.line.basis} ({error})" if error else self.line.basis or ""
 
     @property
@@ -192,8 +192,9 @@ class Plan(Tabular):
 
 
 def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request: PlanRequest,
-              assumptions: Assumptions) -> Plan:
-    """Rank every fitting option by dollars per run (on-demand, or spot when asked).
+              assumptions: Assumptions, errors: ProjectionErrors = ProjectionErrors()) -> Plan:
+    """Rank every fitting option by dollars per run (on-demand, or spot when asked); a projection from a GPU row
+    states the error `errors` gives it (`bench.planner.rows.projection_errors`: the throughput model's validation).
 
     Example: two made-up L4 rows; the larger micro-batch is faster, so it wins on the one instance:
         >>> from bench.cost.catalog import load_catalog
@@ -229,7 +230,7 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
         for instance in instances:
             if not row.serves(instance.gpu):
                 continue
-            option = _option(row, instance, request, assumptions, measured, left_out)
+            option = _option(row, instance, request, assumptions, measured, left_out, errors)
             if option is not None:
                 # Rows of one configuration measured at another accumulation re-split to the same option;
                 # any other axis (channels_last, attention, ...) keeps them apart.
@@ -252,13 +253,13 @@ def _named(options: Iterable[Option]) -> list[Option]:
 
 
 def _option(row: MeasuredRow, instance: Instance, request: PlanRequest, assumptions: Assumptions,
-            measured: MeasuredScaling, left_out: Counter[str]) -> Option | None:
+            measured: MeasuredScaling, left_out: Counter[str], errors: ProjectionErrors) -> Option | None:
     per_step = row.micro_batch * instance.gpu_count
     if request.effective_batch % per_step:
         left_out[f"micro-batch x GPUs does not divide the effective batch {request.effective_batch}"] += 1
         return None
     line = price_line(row, instance, request.workload, assumptions, measured,
-                      accum_steps_per_gpu=request.effective_batch // per_step)
+                      accum_steps_per_gpu=request.effective_batch // per_step, errors=errors)
     if line.cost is None:
         left_out[{"does_not_fit": "do not fit in memory"}.get(line.status, "no speed (no peak or no MFU)")] += 1
         return None

@@ -129,7 +129,8 @@ def plan_record(plan: Plan, top: int) -> dict[str, Any]:
             "oldest_price_observed": plan.oldest_price_observed,
             "stale_prices": stale_note([o.line.instance for o in plan.options], date.today()),
             "options_total": len(plan.options),
-            "options": [{**frame_row, "line": record(option.line, request.workload.samples_per_run, list(plan.loader_costs),
+            "options": [{**frame_row, "line": record(option.line, request.workload.samples_per_run,
+                                                     list(plan.loader_costs),
                                                      strategy=" ".join(filter(None, (option.line.row.strategy,
                                                                                      option.variant))))}
                         for frame_row, option in zip(plan.frame_rows()[:top], plan.options)],

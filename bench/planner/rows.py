@@ -9,22 +9,30 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
 from bench.cost.catalog import Instance
-from bench.cost.price import MeasuredRow
+from bench.cost.price import MeasuredRow, ProjectionErrors
 from bench.errors import refused_step
 from bench.grid.cell import Cell
 from bench.grid.model_ref import ModelSpec
 from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM
-from bench.planner.search import DEFAULT_PRECISIONS, MEMORY_METHOD, PlanCandidates, PlanPrediction, Progress, plan_predictions
+from bench.planner.search import (
+    DEFAULT_PRECISIONS,
+    MEMORY_METHOD,
+    PlanCandidates,
+    PlanPrediction,
+    Progress,
+    plan_predictions,
+)
 from bench.results.keys import configuration_key
+from bench.speed.params import load_model_file
 from bench.speed.predict import model_speeds
 from bench.units import plural
 
 
 def with_model_speeds(rows: list[MeasuredRow]) -> list[MeasuredRow]:
     """`rows`, each one measured on a catalog GPU with its `model_speeds` (`bench.speed.predict.model_speeds`: the
-    two traces of its configuration in the shared trace cache, whatever its split), so that its lines on other GPUs scale it by the
-    model's ratio between the two GPUs."""
+    two traces of its configuration in the shared trace cache, whatever its split), so that its lines on other GPUs
+    scale it by the model's ratio between the two GPUs."""
     projectable = [row for row in rows if row.projectable_by_model]
     if not projectable:
         return rows  # no GPU row: no trace, no torch
@@ -33,6 +41,13 @@ def with_model_speeds(rows: list[MeasuredRow]) -> list[MeasuredRow]:
         if row.configuration not in speeds:
             speeds[row.configuration] = model_speeds(row.cell(), models)
     return [replace(row, model_speeds=speeds[row.configuration]) if row.projectable_by_model else row for row in rows]
+
+
+def projection_errors() -> ProjectionErrors:
+    """What carrying a GPU row to another GPU has missed by in public rows, as the throughput model's validation
+    measured it (`speed_params.json`): the errors `bench.cost.price` states beside each projection."""
+    model = load_model_file()
+    return ProjectionErrors(model_scaled=model.model_scaled, mfu_carried=model.projection)
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,9 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
     Predicting without a size or a GPU row, the plan answers at 224 px. `check_cell` checks the model on the
     candidates' cell before any trace (default: that it is an image classifier for its input; `bench plan`
     adds the model's bounds, naming its options). `on_text` gets the predictor's progress, then what it did."""
-    from bench.train.model_build import check_classifier  # builds the model: only when predicting
+    from bench.train.model_build import (
+        check_classifier,  # builds the model: only when predicting
+    )
 
     measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
     predicting = predict == "always" or (predict == "auto" and not measured_gpu)

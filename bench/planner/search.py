@@ -1,16 +1,16 @@
 """The throughput model's options for `bench plan`, without a grid: for a model, image size and effective batch E, each
-(precision, checkpointing) is traced at two micro-batches (`bench.speed.predict.TRACED_MICRO_BATCHES`, K = 2, one fake trace each
-for memory and ops). Every op's FLOPs and bytes are linear in the micro-batch, so the two traces give the ops
-at any size. Peak memory is the largest of several phases' (each linear), so the line through two sizes is
-exact where the same phase sets the peak and too low elsewhere (by up to 53 % for ViT-B/16 with checkpointing,
-where the optimizer step sets the peak at small sizes): per GPU, the largest power-of-two micro-batch m that
-divides E and fits (peak + headroom) on the line is checked (by the bounds between traced sizes where they
-settle it, `Traced.bounds`, else by a full trace of m) and halved until it fits; K = E / m is predicted on that
-GPU (`bench.speed.predict.predict_on`, as for a grid's cell). Every trace is the one of its configuration that estimate, probe and
-plan share (`bench.memory.traces`); configurations not yet in the cache are traced side by side, one child
+(precision, checkpointing) is traced at two micro-batches (`bench.speed.predict.TRACED_MICRO_BATCHES`, K = 2, one
+fake trace each for memory and ops). Every op's FLOPs and bytes are linear in the micro-batch, so the two traces
+give the ops at any size. Peak memory is the largest of several phases' (each linear), so the line through two sizes
+is exact where the same phase sets the peak and too low elsewhere (by up to 53 % for ViT-B/16 with checkpointing,
+where the optimizer step sets the peak at small sizes): per GPU, the largest power-of-two micro-batch m that divides
+E and fits (peak + headroom) on the line is checked (by the bounds between traced sizes where they settle it,
+`Traced.bounds`, else by a full trace of m) and halved until it fits; K = E / m is predicted on that GPU
+(`bench.speed.predict.predict_on`, as for a grid's cell). Every trace is the one of its configuration that estimate,
+probe and plan share (`bench.memory.traces`); configurations not yet in the cache are traced side by side, one child
 process each (`_trace_apart`). fp16 is read off bf16's trace (the same shapes; its GradScaler's few ops are left
-out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the model predicts them alike.
-Each prediction carries the fp32 gradient bytes, so a multi-GPU instance scales as its interconnect predicts
+out) and offered only on GPUs without a bf16 peak (T4, V100): where both run, the model predicts them alike. Each
+prediction carries the fp32 gradient bytes, so a multi-GPU instance scales as its interconnect predicts
 (`bench.speed.ddp`); `bench.planner.rows.predicted_row` makes it a row to price.
 """
 
