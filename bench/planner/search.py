@@ -27,6 +27,7 @@ from bench.measure.op_table import StepOps
 from bench.memory.allocator import CUDA_SEGMENT_BYTES, whole_segments
 from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
+from bench.memory.probe import search_largest
 from bench.memory.traces import Trace, traced
 from bench.speed.ddp import BYTES_PER_GRADIENT
 from bench.speed.model import NoDatasheetPeak, gpu_rates
@@ -118,6 +119,8 @@ class Traced:
         9.0
         >>> [round(bound / 1e9, 3) for bound in traced.bounds(32)]  # the secant below, the chord above
         [4.99, 5.004]
+        >>> traced.largest_fitting(4, 0.0, limit=64), traced.largest_fitting(4, 0.0, limit=24)  # 4 GiB: m <= 26
+        (16, 8)
         """
         known = self._known()
         if micro_batch in known:
@@ -150,18 +153,21 @@ class Traced:
         return m
 
     def largest_fitting(self, capacity_gib: float, headroom: float, limit: int) -> int:
-        """`line_candidate`, halved until it fits (0: none): settled by `bounds` where they can, by a trace where
-        they cannot."""
-        m = self.line_candidate(capacity_gib, headroom, limit)
-        while m >= 1:
-            low, high = self.bounds(m)
-            if memory_fit(high, headroom, capacity_gib).fits:
-                return m
-            if memory_fit(low, headroom, capacity_gib).fits and \
-                    memory_fit(self.peak_bytes(m), headroom, capacity_gib).fits:
-                return m
-            m //= 2
-        return m
+        """The largest power-of-two micro-batch <= limit that divides `limit` and fits (0: none), found by the one
+        largest-fitting search (`bench.memory.probe.search_largest`) over the powers of two, from `line_candidate`:
+        a size the bounds rule out or settle costs no trace, the rest one trace each."""
+        def fits(n: int) -> bool:  # n = exponent + 1, so that 0 says "none" as the search has it
+            micro_batch = 2 ** (n - 1)
+            low, high = self.bounds(micro_batch)
+            if not memory_fit(low, headroom, capacity_gib).fits:
+                return False
+            return memory_fit(high, headroom, capacity_gib).fits or \
+                memory_fit(self.peak_bytes(micro_batch), headroom, capacity_gib).fits
+
+        top = (limit & -limit).bit_length()  # the largest power of two dividing `limit`, as its n
+        guess = self.line_candidate(capacity_gib, headroom, limit).bit_length()
+        found = search_largest(fits, guess, max_batch=top, first_stride=1).largest
+        return 2 ** (found - 1) if found else 0
 
     def ops(self, micro_batch: int) -> StepOps:
         return self.low[2].at_micro_batch(self.high[2], micro_batch)
