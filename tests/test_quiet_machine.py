@@ -197,6 +197,10 @@ def test_a_run_says_how_many_cells_already_have_rows_and_how_to_measure_them_aga
     assert f"{len(ids) - 2} to measure; 2 already have rows in r/runs.csv (1 ok, 1 timeout)" in line
     assert "--retry-failed" in line and "--force" in line
     assert measure_plan(grid, existing, RunOptions(retry_failed=True)).kept == {"ok": 1}
+    # --force measures every cell again: the line says they have rows, which stay (it said "none has a row yet")
+    forced = measure_plan(grid, existing, RunOptions(force=True)).describe(Path("r/runs.csv"))
+    assert forced.startswith(f"{len(ids)} to measure; 2 of them again: their rows in r/runs.csv stay")
+    assert "none has a row" not in forced
 
 
 def test_nothing_to_measure_is_said_as_such():

@@ -89,6 +89,9 @@ class MeasurePlan:
     """Cells to measure now."""
     kept: dict[str, int]
     """Cells left alone because they have a row, by that row's status."""
+    again: int = 0
+    """Cells to measure that already have a row (`--force`, `--retry-failed`): their rows stay, the new ones are
+    appended."""
 
     def describe(self, runs: Path) -> str:
         """One line for the user, e.g. `28 to measure; 0 already have rows in <runs>`.
@@ -96,9 +99,17 @@ class MeasurePlan:
         >>> print(MeasurePlan((), {"ok": 22, "timeout": 6}).describe(Path("r/runs.csv")))
         0 to measure: 28 already have rows in r/runs.csv (22 ok, 6 timeout): --retry-failed measures the 6 failed \
 again, --force every cell
+        >>> print(MeasurePlan((None,) * 20, {}, again=20).describe(Path("r/runs.csv")))
+        20 to measure; all 20 again: their rows in r/runs.csv stay, the new ones are appended (REPORT.md's "Run to \
+run" sets them side by side)
         """
         kept = sum(self.kept.values())
         line = f"{len(self.todo)} to measure"
+        if self.again:
+            which = f"all {self.again}" if self.again == len(self.todo) else f"{self.again} of them"
+            line += (f"; {which} again: their rows in {runs} stay, the new ones are appended (REPORT.md's \"Run to "
+                     "run\" sets them side by side)")
+            return line if not kept else line + f"; {kept} others already have rows and are left alone"
         if not kept:
             return f"{line}; none has a row in {runs} yet"
         statuses = ", ".join(f"{count} {status}" for status, count in sorted(self.kept.items(), key=lambda kv: -kv[1]))
@@ -120,7 +131,7 @@ def measure_plan(grid: Grid, existing: dict[str, dict], options: RunOptions) -> 
         if cell.cell_id not in measuring:
             status = existing[cell.cell_id]["status"]
             kept[status] = kept.get(status, 0) + 1
-    return MeasurePlan(tuple(todo), kept)
+    return MeasurePlan(tuple(todo), kept, again=len(measuring & set(existing)))
 
 
 def cells_to_run(grid: Grid, existing: dict[str, dict], options: RunOptions) -> list[Cell]:
