@@ -256,7 +256,8 @@ def _option(row: MeasuredRow, instance: Instance, request: PlanRequest, assumpti
             measured: MeasuredScaling, left_out: Counter[str], errors: ProjectionErrors) -> Option | None:
     per_step = row.micro_batch * instance.gpu_count
     if request.effective_batch % per_step:
-        left_out[f"micro-batch x GPUs does not divide the effective batch {request.effective_batch}"] += 1
+        if row.predicted_gpu is None:  # a predicted configuration has a row for each GPU count its split divides
+            left_out[f"micro-batch x GPUs does not divide the effective batch {request.effective_batch}"] += 1
         return None
     line = price_line(row, instance, request.workload, assumptions, measured,
                       accum_steps_per_gpu=request.effective_batch // per_step, errors=errors)
