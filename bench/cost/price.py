@@ -622,19 +622,39 @@ class CostTable(Tabular):
         return [record(line, self.workload.samples_per_run, strategy=self.strategy(line.row)) for line in self.lines]
 
 
-DATA_PARALLEL_REFUSAL = ("data-parallel row (world_size > 1): its measured scaling efficiency prices the "
-                         "1-process row of the same configuration on multi-GPU instances")
+@dataclass(frozen=True)
+class NotPriced:
+    """Why a row is priced on no instance at all: `label` counts it among a plan's rows left out, `reason` says it
+    in cost.md."""
+
+    label: str
+    reason: str
 
 
-LOADER_REFUSAL = ("loader-input row: its speed includes the measuring host's input pipeline; the synthetic row of "
-                  "the configuration is priced, and the loader's CPU cost per sample says how many cores feed it")
+def not_priced(row: MeasuredRow, assumptions: Assumptions) -> NotPriced | None:
+    """The one rule for which rows `bench cost` and `bench plan` price: None for a row they do.
 
-
-def cpu_refusal(row: MeasuredRow) -> str:
-    """Why a CPU-profile row is not projected to GPUs by default."""
-    return (f"CPU-profile row (measured on a CPU, {row.device_name}, at {row.image_size} px, "
-            f"effective batch {row.effective_batch}); a GPU price from it would be a projection, not a "
-            f"GPU measurement, so it is not priced unless CPU projection is allowed (--allow-cpu-projection)")
+    >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cpu", model="m", image_size=32, micro_batch=4,
+    ...     accum_steps=4, precision="fp32", checkpointing="off", optimizer="adamw", device_type="cpu",
+    ...     device_name="Some CPU", samples_per_s=40.0, mfu_pct=2.0, model_flops_per_sample=1e9, peak_memory_bytes=1)
+    >>> not_priced(row, Assumptions()).label, not_priced(row, Assumptions(allow_cpu_projection=True))
+    ('CPU-profile rows, not projected to GPUs (--allow-cpu-projection)', None)
+    """
+    if row.world_size > 1:
+        return NotPriced("data-parallel rows (their measured scaling efficiency is used instead)",
+                         "data-parallel row (world_size > 1): its measured scaling efficiency prices the 1-process "
+                         "row of the same configuration on multi-GPU instances")
+    if row.input != "synthetic":
+        return NotPriced("loader-input rows (their CPU cost per sample sizes the feeding instead)",
+                         "loader-input row: its speed includes the measuring host's input pipeline; the synthetic row "
+                         "of the configuration is priced, and the loader's CPU cost per sample says how many cores "
+                         "feed it")
+    if row.on_cpu and not assumptions.allow_cpu_projection:
+        return NotPriced("CPU-profile rows, not projected to GPUs (--allow-cpu-projection)",
+                         f"CPU-profile row (measured on a CPU, {row.device_name}, at {row.image_size} px, effective "
+                         f"batch {row.effective_batch}); a GPU price from it would be a projection, not a GPU "
+                         "measurement, so it is not priced unless CPU projection is allowed (--allow-cpu-projection)")
+    return None
 
 
 def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workload: Workload,
@@ -656,14 +676,9 @@ def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workloa
     refused: list[Refusal] = []
     measured = measured_scaling(rows)
     for row in rows:
-        if row.world_size > 1:
-            refused.append(Refusal(row, DATA_PARALLEL_REFUSAL))
-            continue
-        if row.input != "synthetic":
-            refused.append(Refusal(row, LOADER_REFUSAL))
-            continue
-        if row.on_cpu and not assumptions.allow_cpu_projection:
-            refused.append(Refusal(row, cpu_refusal(row)))
+        refusal = not_priced(row, assumptions)
+        if refusal is not None:
+            refused.append(Refusal(row, refusal.reason))
             continue
         lines.extend(price_line(row, instance, workload, assumptions, measured, errors=errors) for instance in instances
                      if row.serves(instance.gpu))

@@ -27,6 +27,7 @@ from bench.cost.price import (
     ProjectionErrors,
     Workload,
     measured_scaling,
+    not_priced,
     price_line,
 )
 from bench.errors import BadInput
@@ -218,14 +219,9 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
     best: dict[tuple, Option] = {}
     measured = measured_scaling(rows)
     for row in rows:
-        if row.world_size > 1:
-            left_out["data-parallel rows (their measured scaling efficiency is used instead)"] += 1
-            continue
-        if row.input != "synthetic":
-            left_out["loader-input rows (their CPU cost per sample sizes the feeding instead)"] += 1
-            continue
-        if row.on_cpu and not assumptions.allow_cpu_projection:
-            left_out["CPU-profile rows, not projected to GPUs (--allow-cpu-projection)"] += 1
+        refusal = not_priced(row, assumptions)
+        if refusal is not None:
+            left_out[refusal.label] += 1
             continue
         for instance in instances:
             if not row.serves(instance.gpu):
