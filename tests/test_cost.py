@@ -447,9 +447,13 @@ def _results_folder(tmp_path, rows: list[MeasuredRow], status: str = "ok"):
 def test_cost_command_writes_csv_markdown_and_chart_next_to_the_results(tmp_path, capfd):
     folder = _results_folder(tmp_path, _plan_rows())
     empty = _results_folder(tmp_path / "other", [_row(cell_id="oom")], status="oom")
-    result = bench_in_process(capfd, "cost", str(folder), str(empty))
+    cpu = _results_folder(tmp_path / "cpu", [_row(cell_id="c", profile="cpu", device_type="cpu", device_name="A CPU")])
+    result = bench_in_process(capfd, "cost", str(folder), str(empty), str(cpu))
     assert result.returncode == 0, result.stderr
     assert "oldest price used: 2024-09" in result.stdout and "no ok rows, skipped" in result.stdout
+    # Every instance is offered each folder's rows, priced or not (the CPU row is refused without a projection).
+    instances = len(load_catalog().select())
+    assert f"2 ok rows x {instances} instances" in result.stdout and f"1 ok rows x {instances} instances" in result.stdout
     written = folder / "cost"
     assert {p.name for p in written.iterdir()} == {"cost.csv", "cost.md", "usd_per_run.png"}
     assert not (empty / "cost").exists()

@@ -110,7 +110,7 @@ def price_folders(args: argparse.Namespace) -> int:
                 continue
             rows = len({line.row.cell_id for line in table.lines} | {r.row.cell_id for r in table.refused})
             loader = list(table.loader_costs), table.loader_source
-            step.say(f"{folder}: {rows} ok rows x {len({line.instance for line in table.lines})} instances")
+            step.say(f"{folder}: {rows} ok rows x {len(table.instances)} instances")
             step.say(summary(table, table.catalog, *loader))
             written = []
             if table.lines:

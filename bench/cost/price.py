@@ -590,6 +590,8 @@ class CostTable(Tabular):
     refused: tuple[Refusal, ...]
     workload: Workload
     assumptions: Assumptions
+    instances: tuple[Instance, ...] = ()
+    """The instances every row was offered to (a line per row and instance whose GPU it serves)."""
     catalog: str = ""
     """The instance catalog priced, in words (its file, which prices, which providers)."""
     loader_costs: tuple[LoaderCost, ...] = ()
@@ -682,7 +684,7 @@ def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workloa
             continue
         lines.extend(price_line(row, instance, workload, assumptions, measured, errors=errors) for instance in instances
                      if row.serves(instance.gpu))
-    return CostTable(tuple(lines), tuple(refused), workload, assumptions)
+    return CostTable(tuple(lines), tuple(refused), workload, assumptions, instances=tuple(instances))
 
 
 # One priced line as one row: the columns of cost.csv, the row (`record`, also `bench cost`'s and `bench plan`'s
