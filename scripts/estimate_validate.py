@@ -1,7 +1,8 @@
 """`make estimate-validate`: the estimator against timm's RTX 3090 AMP fit/OOM rows (bench.memory.validate).
 
 Resumable: rows already in the output are kept, the rest estimated and appended; `--limit-s` bounds
-one sitting. Then the agreement summary is written next to the rows.
+one sitting. Then each model's parameter count is taken as today's timm builds it (a deprecated name that now
+builds another model is not judged), and the agreement summary is written next to the rows.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from bench.memory.validate import summary_markdown, validate
+from bench.memory.validate import PARAM_COUNTS, count_parameters, summary_markdown, validate
 
 OUT = Path("results/estimate_validation/rtx3090_amp.csv")
 
@@ -26,6 +27,8 @@ def main() -> int:
     for row in validate(args.out, args.limit_s):
         print(f"{row['status']:<9} {row['model']} {row['memory_format']} {row['side']} b={row['batch_size']} "
               f"{row['estimate_s']} s", flush=True)
+    counted = count_parameters(args.out)  # a name today's timm builds as another model is not judged
+    print(f"parameters counted for {len(counted)} more models ({args.out.with_name(PARAM_COUNTS)})", flush=True)
     summary = summary_markdown(args.out)
     args.out.with_name("SUMMARY.md").write_text(summary)
     print(summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from timm.layers import Attention
@@ -16,9 +17,11 @@ from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
 from bench.memory.validate import (
     COLUMNS,
+    PARAM_COUNTS,
     RTX3090_CAPABILITY,
     RTX3090_MEMORY_GIB,
     agreement,
+    count_parameters,
     failed_batch,
     judged,
     observations,
@@ -154,6 +157,31 @@ def test_a_row_is_right_only_when_both_its_sides_are(tmp_path: Path):
     assert held.both_right.to_dict() == {"a": True, "b": True, "c": False, "d": True}
     summary = summary_markdown(path)
     assert "| contiguous | 4 | 50% | 50% of 2 |" in summary and "| 1024 MiB | 2 of 2 | 3 of 4 | 75.0% |" in summary
+
+
+def test_a_name_timm_now_builds_as_another_model_is_not_judged(tmp_path: Path):
+    """timm maps some deprecated names to other architectures (ig_resnext101_32x48d, 828 M parameters in the
+    reference row, builds an 89 M one today): estimating that name says nothing about the row's model."""
+    gib = 2**30
+    path = tmp_path / "rows.csv"
+    lines = [",".join(COLUMNS)]
+    for model, side, predicted in (("resnet50", "fit", 20.0), ("resnet50", "oom", 23.0),
+                                   ("ig_resnext101_32x48d", "fit", 3.0), ("ig_resnext101_32x48d", "oom", 4.0)):
+        row = dict.fromkeys(COLUMNS, "") | {"model": model, "memory_format": "contiguous", "image_size": 224,
+                                            "side": side, "batch_size": 16, "observed": side, "status": "estimated",
+                                            "predicted_reserved_bytes": int(predicted * gib)}
+        lines.append(",".join(str(row[c]) for c in COLUMNS))
+    path.write_text("\n".join(lines) + "\n")
+    assert set(judged(path).model) == {"resnet50", "ig_resnext101_32x48d"}  # no counts beside the rows: all judged
+    reference = tmp_path / "reference.csv"  # the counts timm's table publishes beside each row
+    reference.write_text("model,param_count_m\nresnet50,25.56\nig_resnext101_32x48d,828.41\n")
+    assert len(count_parameters(path, reference)) == 2 and count_parameters(path, reference) == []  # each once
+    assert set(pd.read_csv(tmp_path / PARAM_COUNTS).model) == {"resnet50", "ig_resnext101_32x48d"}
+    assert set(judged(path).model) == {"resnet50"}
+    assert agreement(rows_file=path).rows == 1
+    summary = summary_markdown(path)
+    assert "Not judged: 1 rows of 1 models that today's timm builds as another model" in summary
+    assert "ig_resnext101_32x48d (88.79 M parameters today, 828.41 M in the row)" in summary
 
 
 def test_every_answer_quotes_its_models_family_or_says_it_has_no_public_row(tmp_path: Path):

@@ -176,17 +176,63 @@ def validate(out: Path, limit_s: float | None = None, reference: Path = REFERENC
             yield row
 
 
+PARAM_COUNTS = "param_counts.csv"
+"""Beside the rows: each model's parameter count as today's timm builds it, beside the reference row's."""
+SAME_MODEL_WITHIN = 0.02
+"""A model whose parameter count today differs from the reference row's by more than this share is another model
+under the same name (timm maps some deprecated names to other architectures): its rows are not judged."""
+
+
+def count_parameters(rows_file: Path, reference: Path = REFERENCE) -> list[dict]:
+    """Count, on the meta device, the parameters today's timm builds for every model of `rows_file` not yet in
+    `param_counts.csv` beside it, next to the reference row's count (`param_count_m`); appends and returns the new
+    lines. A model that does not build is left out (its sides are errors already)."""
+    import warnings
+
+    import timm
+    import torch
+
+    counts_file = rows_file.with_name(PARAM_COUNTS)
+    done = set(pd.read_csv(counts_file).model) if counts_file.is_file() else set()
+    published = pd.read_csv(reference).groupby("model").param_count_m.first()
+    new = []
+    for model in sorted(set(pd.read_csv(rows_file).model) - done):
+        try:
+            with warnings.catch_warnings(), torch.device("meta"):
+                warnings.simplefilter("ignore")  # timm names a deprecated name's new one: the count says what it is
+                built = timm.create_model(model)
+        except Exception:  # noqa: BLE001 - does not build today: its sides are error rows already
+            continue
+        new.append({"model": model, "built_param_count_m": round(sum(p.numel() for p in built.parameters()) / 1e6, 2),
+                    "reference_param_count_m": float(published[model])})
+    if new:
+        pd.DataFrame(new).to_csv(counts_file, mode="a", header=not counts_file.is_file(), index=False)
+    return new
+
+
+def renamed_models(rows_file: Path) -> dict[str, tuple[float, float]]:
+    """Models whose name today builds another model than the reference row measured: model -> (millions of
+    parameters built today, in the row). Empty where `param_counts.csv` is not beside the rows."""
+    counts_file = rows_file.with_name(PARAM_COUNTS)
+    if not counts_file.is_file():
+        return {}
+    counts = pd.read_csv(counts_file)
+    other = (counts.built_param_count_m / counts.reference_param_count_m - 1).abs() > SAME_MODEL_WITHIN
+    return {row.model: (row.built_param_count_m, row.reference_param_count_m) for row in counts[other].itertuples()}
+
+
 def judged(rows_file: Path, headroom: float = DEFAULT_HEADROOM, extra_bytes: int = 0) -> pd.DataFrame:
     """One line per reference row with both sides' predictions and whether each came out right (`extra_bytes`
     added to every predicted peak: what memory the estimator does not count would change).
 
+    Rows of a model that today's timm builds as another model (`renamed_models`) are not judged.
     A side is right when `bench.memory.fit.memory_fit` (predicted reserved peak plus `headroom`
     against 24 GiB) says fits for a fit and does not for an OOM. `both_right`: every side the row
     has (a row at 512 has no OOM side) is right. `fit_ratio`, `oom_ratio`: what the rule needs over
     what the card has (right: <= 1 and > 1).
     """
     sides = pd.read_csv(rows_file)
-    sides = sides[sides.status == "estimated"]
+    sides = sides[(sides.status == "estimated") & ~sides.model.isin(renamed_models(rows_file))]
     fits = [memory_fit(peak + extra_bytes, headroom, RTX3090_MEMORY_GIB) for peak in sides.predicted_reserved_bytes]
     sides = sides.assign(ratio=[fit.required_bytes / fit.capacity_bytes for fit in fits])
     sides = sides.assign(right=(sides.ratio <= 1) == (sides.side == "fit"))
@@ -278,6 +324,19 @@ def agreement_text(found: Agreement | None) -> str:
                                            "results/estimate_validation/ is not installed)")
 
 
+def _renamed_line(rows_file: Path, sides: pd.DataFrame) -> list[str]:
+    """The rows left out because today's timm builds another model under their name, said with the counts."""
+    renamed = {model: counts for model, counts in renamed_models(rows_file).items() if model in set(sides.model)}
+    if not renamed:
+        return []
+    rows = sides[sides.model.isin(renamed) & (sides.side == "fit")]
+    named = ", ".join(f"{model} ({built:g} M parameters today, {published:g} M in the row)"
+                      for model, (built, published) in sorted(renamed.items()))
+    return [f"Not judged: {len(rows)} rows of {len(renamed)} models that today's timm builds as another model (a "
+            f"deprecated name mapped elsewhere; the parameter count differs by over {SAME_MODEL_WITHIN:.0%}, "
+            f"{PARAM_COUNTS}): {named}.", ""]
+
+
 def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str:
     """The agreement as docs/estimator.md shows it: overall, per family, the ratios' spread, other headrooms."""
     rows = judged(rows_file, headroom)
@@ -289,6 +348,7 @@ def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str
         f"({len(errors)} sides). Fit rule: predicted reserved peak x {1 + headroom:.2f} <= "
         f"{RTX3090_MEMORY_GIB:.0f} GiB ({CUDA_CONTEXT_NOTE}).",
         "",
+        *_renamed_line(rows_file, sides),
         f"- both sides right: {rows.both_right.mean():.1%} of rows",
         f"- fit side right: {rows.fit_right.astype(bool).mean():.1%}; OOM side right: "
         f"{rows.oom_right[rows.has_oom].astype(bool).mean():.1%} (of {rows.has_oom.sum()})",
