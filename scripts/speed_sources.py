@@ -104,6 +104,28 @@ def lambda_train(traced: set[str]) -> tuple[int, Counter, int]:
     return len(raw), dropped, len(used)
 
 
+def input_bound_lines() -> list[str]:
+    """The TF32 and FP32 training rows, each with how much faster its table's fp16 row of it ran (the rule of
+    `bench.speed.reference.not_input_bound`), and whether the fit keeps it."""
+    rows = ref.select_rows(ref.timm_train_rows()) + ref.dle_rows() + ref.timm_infer_rows() + ref.lambda_rows()
+    checked = [(row, ref.input_headroom(row, rows)) for row in rows if row.mode == "train" and row.precision != "fp16"]
+    kept = sum((headroom or 0.0) >= ref.INPUT_HEADROOM for _, headroom in checked)
+    lines = ["## TF32 and FP32 training rows: not input-bound", "",
+             f"DLE's training rows read real ImageNet through a data loader, so a row may be set by its loader, not "
+             f"its GPU; such a row would drag the TF32 efficiency down. The fit keeps a TF32 or FP32 training row "
+             f"only where its own table shows the input pipeline feeding at least {ref.INPUT_HEADROOM:g}x its "
+             f"rate: an fp16 row of the same source, GPU, model and software (container) that ran that much faster "
+             f"(`bench.speed.reference.not_input_bound`). **{kept} of {len(checked)} kept**; the lowest headroom is "
+             f"{min(h for _, h in checked if h):.2f}x.", "",
+             "| source | GPU | model | precision | batch | samples/s | software | fp16 row of the table, x faster |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row, headroom in sorted(checked, key=lambda pair: (pair[0].source, pair[0].gpu, pair[0].model, pair[0].stack)):
+        lines.append(f"| {row.source} | {row.gpu} | {row.model} | {row.precision} | {row.batch_size} | "
+                     f"{row.samples_per_s:g} | {row.stack or '-'} | "
+                     f"{'none: dropped' if headroom is None else f'{headroom:.2f}'} |")
+    return lines + [""]
+
+
 def _line(name: str, source: str, mode: str, counts: tuple[int, Counter, int]) -> list[str]:
     total, dropped, used = counts
     drops = "; ".join(f"{n} {why}" for why, n in sorted(dropped.items(), key=lambda kv: -kv[1]) if n) or "none"
@@ -128,6 +150,7 @@ def main() -> None:
         *_line(ref.DLE_FILE, "dle-infer", "infer", dle_counts["infer"]),
         *_line(ref.INFER_FILE, "timm-infer", "infer", timm_infer(traced)),
         *_line(ref.LAMBDA_FILE, "lambda-train", "train", lambda_train(traced)), "",
+        *input_bound_lines(),
         "## In-sample or held out", "",
         "- **The shipped parameters (`bench/data/speed_params.json`) are fitted on every used row above**: "
         "for them, every row is in-sample. Lambda's rows are the only Hopper and Blackwell rows; "

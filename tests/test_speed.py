@@ -17,11 +17,11 @@ from bench.cost.price import Assumptions, Workload, price_rows
 from bench.grid.cell import Cell
 from bench.grid.spec import load_grid
 from bench.measure.hardware import gpu_keys, gpu_spec
-from bench.speed.model import GENERATIONS, NoDatasheetPeak, gpu_rates, step_time
+from bench.speed.model import GENERATIONS, EntryRates, NoDatasheetPeak, gpu_rates, op_times, step_time
 from bench.speed.params import load_model_file
 from bench.measure.ops import OpRecorder
 from bench.speed.predict import predict_grid, predict_on, predicted_rows
-from bench.measure.op_table import OP_CLASSES, OpTable
+from bench.measure.op_table import DTYPES, OP_CLASSES, OpTable
 from bench.memory.traces import trace_step_ops
 from bench.train.models import build_model, synthetic_batch
 from bench.train.optim import build_optimizer
@@ -73,6 +73,69 @@ def test_a_compute_bound_op_on_a_gpu_with_twice_the_peak_takes_half_the_time():
     one, two = (step_time(big_matmul, gpu_rates(s, "bf16"), params) for s in (spec, doubled))
     assert one.bound == two.bound == "compute"
     assert two.compute_s == pytest.approx(one.compute_s / 2, rel=1e-12)
+
+
+def _one_conv(op_class: str, channels_last: bool, reduction: float, dtype: str = "float16") -> OpTable:
+    """One convolution of 1e8 output elements whose reduction (channels per group x kernel area) is `reduction`."""
+    return OpTable(np.array([OP_CLASSES.index(op_class)], dtype=np.int8), np.array([DTYPES.index(dtype)], dtype=np.int8),
+                   np.array([2 * reduction * 1e8]), np.array([4e8]), np.array([channels_last]), np.array([1.0]),
+                   np.array([1e8]))
+
+
+def test_an_nchw_half_convolution_pays_the_transposes_on_top_and_a_float_one_does_not():
+    params = load_model_file().params
+    rates = EntryRates.of(_one_conv("conv", False, 576), gpu_rates(gpu_spec("A100-80GB"), "bf16"))
+    nchw, nhwc = (op_times(_one_conv("conv", layout, 576), rates, params) for layout in (False, True))
+    assert nhwc.transpose_s[0] == 0 < nchw.transpose_s[0]
+    assert nchw.op_s[0] == pytest.approx(nhwc.op_s[0] + nchw.transpose_s[0])  # added, not hidden under the compute
+    float_conv = _one_conv("conv", False, 576, "float32")
+    fp32_rates = EntryRates.of(float_conv, gpu_rates(gpu_spec("A100-80GB"), "tf32"))
+    assert op_times(float_conv, fp32_rates, params).transpose_s[0] == 0  # cuDNN runs fp32 NCHW natively
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16", "fp16"])
+def test_a_precision_sets_the_tf32_switches_a_users_script_would_and_the_model_predicts_with_them(precision):
+    import torch
+
+    from bench.grid.cell import TF32_BY_PRECISION
+    from bench.train.step import configure_precision
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        configure_precision(precision)
+        switches = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    assert switches == ((False, False) if precision == "fp32" else (True, True))
+    assert (TF32_BY_PRECISION[precision].matmul, TF32_BY_PRECISION[precision].conv) == switches
+    assert gpu_rates(gpu_spec("A100-80GB"), precision).tf32 == TF32_BY_PRECISION[precision]
+
+
+def test_tf32_runs_a_matmul_by_cublas_switch_and_a_convolution_by_cudnns():
+    from bench.grid.cell import Tf32
+    from bench.speed.model import tf32_entries
+
+    ops = OpTable(np.array([OP_CLASSES.index(c) for c in ("matmul", "conv", "conv")], dtype=np.int8),
+                  np.array([DTYPES.index(d) for d in ("float32", "float32", "bfloat16")], dtype=np.int8),
+                  np.ones(3), np.ones(3), np.zeros(3, dtype=bool), np.ones(3), np.ones(3))
+    pytorch_default = Tf32(matmul=False, conv=True)  # what a script that sets nothing gets
+    assert tf32_entries(ops, pytorch_default).tolist() == [False, True, False]  # the bf16 op is no TF32 op
+    rates = replace(gpu_rates(gpu_spec("A100-80GB"), "tf32"), tf32=pytorch_default)
+    peaks = EntryRates.of(ops, rates).peak
+    assert peaks[0] == 19.5e12 and peaks[1] == 156e12  # the A100's FP32 and TF32 datasheet peaks
+
+
+def test_a_wide_group_channels_last_convolution_is_slow_on_cudnn_8_only():
+    from bench.speed.model import GROUPED_NHWC_MIN_K, op_features
+
+    params = load_model_file().params
+    table = _one_conv("grouped_conv", True, 2 * GROUPED_NHWC_MIN_K)
+    rates = EntryRates.of(table, gpu_rates(gpu_spec("RTX-3090"), "fp16"))
+    torch2, cudnn8 = (op_times(op_features(table, rates, old), None, params) for old in (False, True))
+    assert cudnn8.op_s[0] > 2 * torch2.op_s[0]  # off the tensor cores: RegNets at 0.3-0.45x channels-last
+    narrow = _one_conv("grouped_conv", True, GROUPED_NHWC_MIN_K / 4)  # depthwise, ResNeXt's 4-wide groups
+    assert op_times(op_features(narrow, rates, True), None, params).op_s[0] == \
+        op_times(op_features(narrow, rates, False), None, params).op_s[0]
 
 
 @pytest.mark.parametrize("model", ["test_resnet", "test_vit"])
@@ -206,20 +269,24 @@ def test_faster_memory_and_a_newer_gpu_predict_faster(study_ops):
 
 
 @pytest.mark.slow
-def test_half_precision_channels_last_is_at_least_as_fast_as_nchw_for_a_conv_net(study_ops):
+def test_half_precision_channels_last_is_faster_than_nchw_for_a_conv_net(study_ops):
     checked = 0
     for gpu in gpu_keys():
         for precision in ("bf16", "fp16"):
+            cell_ops = {layout: study_ops[("resnet50", precision, layout)] for layout in (True, False)}
             try:
-                channels_last = _speed(study_ops, ("resnet50", precision, True), gpu)
+                channels_last, nchw = (predict_on(cell, ops, gpu_spec(gpu)) for cell, ops in cell_ops.values())
             except NoDatasheetPeak:
                 continue
-            # Within 1 %: the two layouts' traces differ by a few layout copies, and the fitted transpose cost
-            # (nchw_half_bytes) is near zero: the calibration rows do not separate it (on the B200 channels-last
-            # comes out 0.6 % slower). The model is blind to memory format (issue #36 item 2).
-            assert channels_last >= 0.99 * _speed(study_ops, ("resnet50", precision, False), gpu), (gpu, precision)
+            if "overhead" in (channels_last.step.bound, nchw.step.bound):
+                # Host-bound (the fastest GPUs at this micro-batch): the step is the ops' dispatch, and the
+                # channels-last trace dispatches a few layout copies more.
+                assert channels_last.samples_per_s >= 0.98 * nchw.samples_per_s, (gpu, precision)
+                continue
+            # The NCHW cell pays cuDNN's transposes (timm's RTX 3090 ResNets train 1.17-1.35x faster channels-last).
+            assert channels_last.samples_per_s > 1.05 * nchw.samples_per_s, (gpu, precision)
             checked += 1
-    assert checked >= 20
+    assert checked >= 16
 
 
 @pytest.mark.slow

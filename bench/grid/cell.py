@@ -18,6 +18,23 @@ from functools import cache
 from typing import Any, Literal
 
 Precision = Literal["fp32", "bf16", "fp16", "tf32"]
+
+
+@dataclass(frozen=True)
+class Tf32:
+    """Which fp32 ops may run on TF32 tensor cores: `torch.backends.cuda.matmul.allow_tf32` (cuBLAS: matmuls and
+    attention) and `torch.backends.cudnn.allow_tf32` (cuDNN: convolutions)."""
+
+    matmul: bool
+    conv: bool
+
+
+TF32_BY_PRECISION: dict[str, Tf32] = {"fp32": Tf32(matmul=False, conv=False), "tf32": Tf32(matmul=True, conv=True),
+                                      "bf16": Tf32(matmul=True, conv=True), "fp16": Tf32(matmul=True, conv=True)}
+"""What each precision sets (`bench.train.step.configure_precision`) and the throughput model predicts with:
+fp32 means fp32 on both, where a script that sets nothing gets PyTorch's default (cuDNN's TF32 on, matmuls' off);
+tf32 is what a script that opts in sets (`allow_tf32 = True` on both, as timm's benchmark and NVIDIA's containers
+do); under AMP the few fp32 matmuls and convolutions left may use TF32."""
 Attention = Literal["sdpa", "eager"]
 MAX_CHECKPOINT_BLOCKS = 999
 """Largest N of `last-<N>`: more blocks than any timm model has (the run checks the model's own count)."""

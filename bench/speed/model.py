@@ -8,8 +8,15 @@ Each op costs the largest of three times, plus a fixed cost per kernel launched:
   scaling, NeuSight's tile-level utilisation). A small op also pays `flops_per_sm_half` per SM.
 - memory traffic: bytes / (datasheet bandwidth x the achievable fraction `e_memory`), with a per-SM
   occupancy term (a kernel too small to keep every SM's loads in flight reaches less) and
-  `l2_speedup` for an op whose bytes fit in L2. Half-precision NCHW convolutions move
-  `nchw_half_bytes` x their bytes more: cuDNN runs them on NHWC tensor-core kernels and transposes.
+  `l2_speedup` for an op whose bytes fit in L2.
+- memory format (half-precision convolutions only; fitted on timm's RTX 3090 pairs of one model run both ways): an
+  NCHW convolution pays, on top of its own time, the transposes to and from NHWC that cuDNN's tensor-core
+  kernels need (`nchw_half_bytes` x its bytes at the memory rate: separate kernels, so added, not overlapped);
+  on PyTorch 1.x and cuDNN 8 only (calibration rows: `bench.speed.reference.CUDNN8_SOURCES`), a channels-last
+  grouped convolution with wide groups (`GROUPED_NHWC_MIN_K`) runs off the tensor cores, at `e_grouped_nhwc` of
+  the FP32 units' peak (cuDNN 8's direct grouped kernels, pytorch/pytorch#34977: channels-last RegNets and
+  NFNets train at 0.3-0.45x their NCHW speed in timm's PyTorch 1.12 table, and infer at 0.9-1.15x on PyTorch
+  2.4). A prediction is for the runner's torch 2 and cuDNN 9, which does not pay it.
 - non-tensor work (elementwise, reductions, normalisation, optimizer): output elements / (FP32 lanes x boost
   clock x `elements_per_lane_cycle`), the lanes read off the datasheet as the FP32 peak / (2 x SMs x clock): 64
   per SM on V100 and A100, 128 on GA10x, Ada, Hopper and Blackwell.
@@ -18,9 +25,10 @@ The GPU's time is the sum over ops, each paying `KERNEL_US` (the launch figure, 
 every op (eager PyTorch) at `host_us` each (measured, bounded by the calibration rows: `bench.speed.calibrate`), so
 the step is the longer of the two. The part that sets the step names its bound.
 
-Precision follows the runner's flags (`bench.train.step.configure_precision`): under fp32 both cuBLAS
-and cuDNN TF32 are off, so fp32 ops run at the FP32 (SIMT) peak; under tf32 and AMP both are on, so
-fp32 ops run at the TF32 peak where the GPU has one (Turing and Volta have none: FP32).
+Precision follows the runner's TF32 switches (`bench.grid.cell.TF32_BY_PRECISION`, which
+`bench.train.step.configure_precision` sets), one per library: an fp32 matmul or attention runs at the TF32 peak
+where cuBLAS's switch is on, an fp32 convolution where cuDNN's is, each at the FP32 (SIMT) peak otherwise and on a
+GPU without TF32 (Turing, Volta). Under fp32 both are off; under tf32 and AMP both are on.
 
 GPU facts are the catalog's (`bench/data/gpus.csv`, sourced per figure); the efficiencies are fitted
 (`bench.speed.calibrate`) on public measurements of several GPUs and read from `bench/data/speed_params.json`.
@@ -34,6 +42,7 @@ from typing import Literal
 import numpy as np
 
 from bench.errors import BadInput
+from bench.grid.cell import TF32_BY_PRECISION, Tf32
 from bench.measure.hardware import PEAK_COLUMN, GpuSpec
 from bench.speed.params import SpeedParams
 from bench.measure.op_table import COMPUTE_CLASSES, DTYPES, OP_CLASSES, OpTable
@@ -56,7 +65,12 @@ SIMT_GEMM_CEILING = 0.75
 An assumption, not a fit: no calibration row runs an fp32 GEMM there (the V100 and T4 FP32 rows are
 convolutions, which cuDNN may run as Winograd, doing fewer FLOPs than counted: their fitted efficiency,
 near 1, says nothing about a GEMM)."""
-_SIMT_CAPPED = np.array([name in ("matmul", "attention") for name in OP_CLASSES])
+GROUPED_NHWC_MIN_K = 300.0
+"""A cuDNN 8 channels-last grouped convolution runs off the tensor cores when its reduction per output element
+(FLOPs / 2 / output elements: channels per group x kernel area) exceeds this: depthwise and narrow-group
+convolutions (MobileNets, EfficientNets, ResNeXt's 4-wide groups, under 150) train faster channels-last there,
+wide-group ones (RegNetX-3.2GF's 48, NFNet's 128) at 0.3-0.45x. Chosen by the fit's loss among 150, 300 and 500
+(0.158, 0.151, 0.152): a fitted figure, counted among the parameters."""
 
 
 class NoDatasheetPeak(BadInput):
@@ -66,6 +80,7 @@ class NoDatasheetPeak(BadInput):
 _COMPUTE_INDEX = np.array([name in COMPUTE_CLASSES for name in OP_CLASSES])
 _KERNEL_INDEX = np.array([name != "view" for name in OP_CLASSES])
 _CONV_INDEX = np.array([name in ("conv", "grouped_conv") for name in OP_CLASSES])
+_MATMUL_INDEX = np.array([name in ("matmul", "attention") for name in OP_CLASSES])
 _HALF_INDEX = np.array([name in ("float16", "bfloat16") for name in DTYPES])
 
 
@@ -113,8 +128,10 @@ class GpuRates:
     clock_hz: float
     l2_bytes: float
     generation: str
-    tf32: bool
-    """fp32 compute ops run on TF32 tensor cores (their peak is the TF32 one)."""
+    tf32: Tf32
+    """Which fp32 compute ops run on TF32 tensor cores (both off on a GPU without TF32)."""
+    tf32_peak_flops_per_s: float
+    """The TF32 tensor cores' peak (NaN: none)."""
     fp32_peak_flops_per_s: float
     """The FP32 units' peak: fp32 ops without TF32 run there, and it counts the lanes non-tensor work runs on."""
 
@@ -122,8 +139,8 @@ class GpuRates:
 def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
     """The figures `precision` runs at on `spec`; refuses a GPU whose catalog row lacks one.
 
-    fp32 compute ops run at the TF32 peak under tf32 and under AMP (the runner allows TF32 in cuBLAS
-    and cuDNN there), at the FP32 peak under fp32; a GPU without TF32 (Turing, Volta) runs them at FP32.
+    fp32 compute ops run at the TF32 peak where `precision`'s switch for their library is on
+    (`TF32_BY_PRECISION`), else at the FP32 peak; a GPU without TF32 (Turing, Volta) runs them at FP32.
     """
     column = PEAK_COLUMN[precision]
     headline = spec.peak_tflops[column]
@@ -135,15 +152,24 @@ def gpu_rates(spec: GpuSpec, precision: str) -> GpuRates:
         raise NoDatasheetPeak(f"--gpu {spec.gpu}: bench/data/gpus.csv has no {', '.join(missing)} for "
                               f"{precision}; no prediction rather than a guess")
     tflops = spec.peak_tflops
-    fp32 = tflops["fp32_tflops"] if precision == "fp32" else (tflops["tf32_tflops"] or tflops["fp32_tflops"])
-    by_dtype = {"float16": tflops["fp16_tflops"], "bfloat16": tflops["bf16_tflops"], "float32": fp32,
-                "other": fp32}
+    by_dtype = {"float16": tflops["fp16_tflops"], "bfloat16": tflops["bf16_tflops"], "float32": tflops["fp32_tflops"],
+                "other": tflops["fp32_tflops"]}
     peaks = np.array([np.nan if by_dtype[d] is None else by_dtype[d] * 1e12 for d in DTYPES])
     # A GPU with no L2 figure gets no L2 hits: the slower, never the flattering, assumption.
     l2 = (spec.l2_mib or 0.0) * 2**20
-    tf32 = precision != "fp32" and tflops["tf32_tflops"] is not None
+    has_tf32 = tflops["tf32_tflops"] is not None
+    switches = TF32_BY_PRECISION[precision]
+    tf32 = Tf32(matmul=switches.matmul and has_tf32, conv=switches.conv and has_tf32)
     return GpuRates(spec.gpu, peaks, spec.memory_bandwidth_gb_per_s * 1e9, headline * 1e12, spec.sm_count,
-                    spec.boost_clock_mhz * 1e6, l2, spec.generation, tf32, tflops["fp32_tflops"] * 1e12)
+                    spec.boost_clock_mhz * 1e6, l2, spec.generation, tf32,
+                    tflops["tf32_tflops"] * 1e12 if has_tf32 else np.nan, tflops["fp32_tflops"] * 1e12)
+
+
+def tf32_entries(table: OpTable, tf32: Tf32) -> np.ndarray:
+    """Per entry of `table`: an fp32 op that runs on TF32 tensor cores under `tf32`'s switches (matmuls and
+    attention by cuBLAS's, convolutions by cuDNN's)."""
+    on = np.where(_MATMUL_INDEX[table.op_class], tf32.matmul, np.where(_CONV_INDEX[table.op_class], tf32.conv, False))
+    return on & ~_HALF_INDEX[table.dtype]
 
 
 @dataclass(frozen=True)
@@ -164,9 +190,10 @@ class EntryRates:
 
     @classmethod
     def of(cls, table: OpTable, rates: GpuRates) -> EntryRates:
-        return cls(rates.peak_flops_per_s[table.dtype], rates.bandwidth_bytes_per_s, rates.sm_count,
-                   rates.clock_hz, rates.l2_bytes, np.full(len(table.count), GENERATIONS.index(rates.generation)),
-                   rates.tf32 & ~_HALF_INDEX[table.dtype], rates.fp32_peak_flops_per_s)
+        tf32 = tf32_entries(table, rates.tf32)
+        return cls(np.where(tf32, rates.tf32_peak_flops_per_s, rates.peak_flops_per_s[table.dtype]),
+                   rates.bandwidth_bytes_per_s, rates.sm_count, rates.clock_hz, rates.l2_bytes,
+                   np.full(len(table.count), GENERATIONS.index(rates.generation)), tf32, rates.fp32_peak_flops_per_s)
 
 
 @dataclass(frozen=True)
@@ -177,10 +204,13 @@ class OpTimes:
     memory_s: np.ndarray
     non_tensor_s: np.ndarray
     kernel_s: np.ndarray
+    transpose_s: np.ndarray
+    """NCHW half-precision convolutions' layout transposes: memory time of their own, after the op's."""
 
     @property
     def op_s(self) -> np.ndarray:
-        return np.maximum(np.maximum(self.tensor_s, self.memory_s), self.non_tensor_s) + self.kernel_s
+        return np.maximum(np.maximum(self.tensor_s, self.memory_s), self.non_tensor_s) + self.kernel_s + \
+            self.transpose_s
 
 
 
@@ -200,6 +230,8 @@ class OpFeatures:
     non_tensor: np.ndarray
     transposed: np.ndarray
     """Half-precision NCHW convolutions: cuDNN transposes their tensors."""
+    grouped_nhwc: np.ndarray
+    """Half-precision channels-last grouped convolutions on a cuDNN 8 stack: run on the FP32 units."""
     fp32: np.ndarray
     """fp32 ops (run on TF32 tensor cores where `rates.tf32`, else on the FP32 units)."""
     in_l2: np.ndarray
@@ -208,13 +240,18 @@ class OpFeatures:
     rates: EntryRates
 
 
-def op_features(table: OpTable, rates: EntryRates) -> OpFeatures:
+def op_features(table: OpTable, rates: EntryRates, cudnn8: np.ndarray | bool = False) -> OpFeatures:
+    """`cudnn8`: per entry (or for all), the step ran on PyTorch 1.x and cuDNN 8 (a calibration row's stack,
+    `bench.speed.reference.ReferenceRow.cudnn8`); a prediction is for the runner's torch 2 and cuDNN 9."""
     cls = table.op_class
     tiles = np.maximum(np.ceil(table.out_elements / TILE_ELEMENTS), 1)
     return OpFeatures(cls, rates.generation, table.flops, table.bytes_moved, table.out_elements, table.count,
                       _COMPUTE_INDEX[cls] & (table.flops > 0), _KERNEL_INDEX[cls],
                       _KERNEL_INDEX[cls] & ~_COMPUTE_INDEX[cls],
-                      _CONV_INDEX[cls] & ~table.channels_last & _HALF_INDEX[table.dtype], ~_HALF_INDEX[table.dtype],
+                      _CONV_INDEX[cls] & ~table.channels_last & _HALF_INDEX[table.dtype],
+                      (cls == OP_CLASSES.index("grouped_conv")) & table.channels_last & _HALF_INDEX[table.dtype]
+                      & (table.flops > 2 * GROUPED_NHWC_MIN_K * table.out_elements) & cudnn8,
+                      ~_HALF_INDEX[table.dtype],
                       table.bytes_moved <= rates.l2_bytes, np.ceil(tiles / rates.sm_count) * rates.sm_count / tiles,
                       rates)
 
@@ -228,22 +265,25 @@ def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: Spee
     simt = f.fp32 & ~r.tf32
     class_e = np.array([params.compute_efficiency.get(name, 0.0) for name in OP_CLASSES])[f.op_class]
     e_max = class_e * np.where(simt, params.e_fp32, generation * np.where(r.tf32, params.e_tf32, 1.0))
-    e_max = np.minimum(e_max, np.where(simt & _SIMT_CAPPED[f.op_class], SIMT_GEMM_CEILING, 1.0))  # never above peak
+    e_max = np.minimum(e_max, np.where(simt & _MATMUL_INDEX[f.op_class], SIMT_GEMM_CEILING, 1.0))  # never above peak
     # A TF32-allowed op may run on the FP32 units instead (cuBLAS and cuDNN choose among both kinds of
     # kernel): its rate is the faster of the two paths.
-    simt_e = np.minimum(class_e * params.e_fp32, np.where(_SIMT_CAPPED[f.op_class], SIMT_GEMM_CEILING, 1.0))
+    simt_e = np.minimum(class_e * params.e_fp32, np.where(_MATMUL_INDEX[f.op_class], SIMT_GEMM_CEILING, 1.0))
     rate = np.where(r.tf32, np.fmax(r.peak * e_max, r.fp32_peak * simt_e), r.peak * e_max)
+    rate = np.where(f.grouped_nhwc, r.fp32_peak * params.e_grouped_nhwc, rate)
     sms = r.sm_count
     with np.errstate(invalid="ignore", divide="ignore"):
         # Whole waves multiply the op's FLOPs; the per-SM fill cost is paid once, not once per idle tile.
         tensor = np.where(f.computing, (f.flops * f.wave_cost + sms * params.flops_per_sm_half) / rate, 0.0)
-    moved = f.bytes_moved * np.where(f.transposed, 1 + params.nchw_half_bytes, 1.0)
     bandwidth = r.bandwidth * min(params.e_memory, 1.0) * np.where(f.in_l2, params.l2_speedup, 1.0)
-    memory = np.where(f.launched & (moved > 0), (moved + sms * params.bytes_per_sm_half) / bandwidth, 0.0)
+    memory = np.where(f.launched & (f.bytes_moved > 0), (f.bytes_moved + sms * params.bytes_per_sm_half) / bandwidth,
+                      0.0)
+    transpose = np.where(f.transposed, f.bytes_moved * params.nchw_half_bytes / (r.bandwidth * min(params.e_memory, 1.0)),
+                         0.0)
     # FP32 lane-cycles per second = the FP32 peak / 2 (one fused multiply-add, two FLOPs, per lane and cycle).
     non_tensor = np.where(f.non_tensor, f.out_elements / (r.fp32_peak / 2 * params.elements_per_lane_cycle), 0.0)
     kernel = np.where(f.launched, params.kernel_us * 1e-6, 0.0)
-    return OpTimes(tensor * f.count, memory * f.count, non_tensor * f.count, kernel * f.count)
+    return OpTimes(tensor * f.count, memory * f.count, non_tensor * f.count, kernel * f.count, transpose * f.count)
 
 
 @dataclass(frozen=True)
@@ -272,6 +312,7 @@ def step_time(table: OpTable, rates: GpuRates, params: SpeedParams) -> StepTime:
     stacked = np.stack([times.tensor_s, times.memory_s, times.non_tensor_s])
     longest = stacked.argmax(axis=0)
     compute_s, memory_s, non_tensor_s = (float(stacked[i][longest == i].sum()) for i in range(3))
+    memory_s += float(times.transpose_s.sum())  # the transposes are memory traffic of their own
     kernel_s = float(times.kernel_s.sum())
     gpu_s = compute_s + memory_s + non_tensor_s + kernel_s
     host_s = float(table.count.sum()) * params.host_us * 1e-6

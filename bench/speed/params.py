@@ -44,7 +44,9 @@ class SpeedParams:
     flops_per_sm_half: float
     """FLOPs per SM at which a tensor op reaches half its best efficiency."""
     nchw_half_bytes: float
-    """Extra bytes, as a multiple of its own, a half-precision NCHW convolution moves (transposes)."""
+    """Bytes, as a multiple of its own, a half-precision NCHW convolution's transposes move (time added to its own)."""
+    e_grouped_nhwc: float
+    """Fraction of the FP32 units' peak a half-precision channels-last grouped convolution reaches."""
     e_memory: float
     """Achievable fraction of the datasheet bandwidth (stream-like kernels reach 80-90 %)."""
     bytes_per_sm_half: float

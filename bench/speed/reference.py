@@ -76,6 +76,12 @@ stack with no stated batch, a throughput that disagrees with its own latency. Le
 INFER_GPUS = {"RTX 3090": "RTX-3090", "RTX 4090": "RTX-4090"}
 """The RTX 5090 and RTX PRO 6000 rows are left out: no dense tensor peak of theirs has a source."""
 LAMBDA_DOUBTS = ("BERT_STEPS_SHORT", "BACKUP_FOLDER")
+TIMM_TRAIN_STACK = "PyTorch 1.12"
+"""timm's RTX 3090 training table's software (the folder's README); DLE's rows name their NGC container."""
+CUDNN8_SOURCES = ("timm-train", "dle-train", "dle-infer")
+"""Sources measured on PyTorch 1.x and cuDNN 8: timm's RTX 3090 training table (PyTorch 1.12) and DLE's tables
+(NGC containers 19.10-21.03). timm's inference tables (PyTorch 2.4, 2.9) and Lambda's (NGC 24.03-25.06) are
+torch 2 with cuDNN 9."""
 """Flags of Lambda rows left out: a run that stopped before the steps its figure counts, a scratch folder of mixed
 containers (the folder's README)."""
 
@@ -131,6 +137,12 @@ class ReferenceRow:
     """The software the row ran on, where the source names it per row (Lambda's NGC container)."""
 
     @property
+    def cudnn8(self) -> bool:
+        """The row ran on PyTorch 1.x with cuDNN 8 (`CUDNN8_SOURCES`), whose channels-last grouped convolutions
+        train off the tensor cores (`bench.speed.model`); the runner's torch 2 and cuDNN 9 do not."""
+        return self.source in CUDNN8_SOURCES
+
+    @property
     def trace(self) -> str:
         """The row's key in the ops file: `train:resnet34:224px:b256:half:eager:channels_last`."""
         kind = "half" if self.precision in ("fp16", "bf16") else "float"
@@ -176,7 +188,7 @@ def timm_train_rows() -> list[ReferenceRow]:
         if family and timm.is_model(row["model"]):
             rows.append(ReferenceRow("timm-train", "RTX-3090", "train", "fp16", row["model"], row["memory_format"],
                                      float(row["train_samples_per_s"]), int(row["batch_size"]),
-                                     int(row["image_size"]), family))
+                                     int(row["image_size"]), family, stack=TIMM_TRAIN_STACK))
     return rows
 
 
@@ -191,7 +203,8 @@ def dle_rows(n_gpus: int = 1) -> list[ReferenceRow]:
         memory_format = "channels_last" if row["memory_format"] == "nhwc" else "contiguous"
         ref = ReferenceRow(f"dle-{row['mode']}", DLE_GPUS[row["gpu"]], row["mode"], DLE_PRECISIONS[row["precision"]],
                            row["timm_equiv"], memory_format, float(row["img_per_s_per_gpu"]),
-                           int(float(row["batch_size_per_gpu"])), int(row["img_size"]), family_of(row["timm_equiv"]))
+                           int(float(row["batch_size_per_gpu"])), int(row["img_size"]), family_of(row["timm_equiv"]),
+                           stack=row["container"])
         key = (ref.trace, ref.gpu, ref.precision)
         if key not in rows or row["is_latest_table"] == "1":
             rows[key] = ref
@@ -241,10 +254,31 @@ def select_rows(rows: list[ReferenceRow], per_family: int = PER_FAMILY) -> list[
     return sorted((row for row in rows if row.model in chosen), key=lambda r: r.trace)
 
 
+INPUT_HEADROOM = 1.25
+"""A TF32 or FP32 training row joins the fit only where its own table shows its input pipeline feeding at
+least this multiple of its rate (`input_headroom`): DLE's rows read real ImageNet through a loader, and a
+row the loader held back would pull the TF32 efficiency down with it."""
+
+
+def input_headroom(row: ReferenceRow, rows: list[ReferenceRow]) -> float | None:
+    """How much faster than `row` its input pipeline demonstrably fed: the fastest fp16 row of the same source,
+    GPU, model and software over `row`'s samples/s (None: no such row, nothing shows the loader kept up)."""
+    partners = [p.samples_per_s for p in rows if (p.source, p.gpu, p.model, p.stack, p.mode, p.precision)
+                == (row.source, row.gpu, row.model, row.stack, row.mode, "fp16")]
+    return max(partners) / row.samples_per_s if partners else None
+
+
+def not_input_bound(rows: list[ReferenceRow]) -> list[ReferenceRow]:
+    """`rows` without the TF32 and FP32 training rows whose table does not show their loader feeding
+    `INPUT_HEADROOM` times their rate (fp16 and inference rows are kept as they are)."""
+    return [row for row in rows if row.mode != "train" or row.precision == "fp16"
+            or (input_headroom(row, rows) or 0.0) >= INPUT_HEADROOM]
+
+
 def reference_rows() -> list[ReferenceRow]:
     """Every calibration row: the traced timm training subset, DLE's one-GPU rows, the timm inference sample,
-    Lambda's one-GPU BERT rows."""
-    return select_rows(timm_train_rows()) + dle_rows() + timm_infer_rows() + lambda_rows()
+    Lambda's one-GPU BERT rows; TF32 and FP32 training rows only where they are not input-bound."""
+    return not_input_bound(select_rows(timm_train_rows()) + dle_rows() + timm_infer_rows() + lambda_rows())
 
 
 def trace_forward(row: ReferenceRow, models: FakeModels) -> OpTable:

@@ -12,7 +12,7 @@ from typing import Callable, ContextManager, Literal, Sequence
 import torch
 import torch.nn.functional as F
 
-from bench.grid.cell import AuxLoss, LossTracking, ZeroGrad
+from bench.grid.cell import TF32_BY_PRECISION, AuxLoss, LossTracking, ZeroGrad
 
 # Called after each forward and backward (with the micro-step index) and after the optimizer.
 PhaseHook = Callable[[str, int], None]
@@ -35,11 +35,11 @@ forgotten division (gradients K times too large), there to show that bug.
 
 
 def configure_precision(precision: str) -> None:
-    """fp32 means fp32: no TF32 matmuls or convolutions (timm's benchmark turns TF32 on); tf32 and
-    the AMP precisions allow them."""
-    tf32 = precision != "fp32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    """The TF32 switches of `precision` (`bench.grid.cell.TF32_BY_PRECISION`, which the throughput model reads too):
+    fp32 means fp32, no TF32 matmuls or convolutions; tf32 and the AMP precisions allow both."""
+    tf32 = TF32_BY_PRECISION[precision]
+    torch.backends.cuda.matmul.allow_tf32 = tf32.matmul
+    torch.backends.cudnn.allow_tf32 = tf32.conv
 
 
 def autocast_for(precision: str, device_type: str) -> contextlib.AbstractContextManager:
