@@ -24,8 +24,9 @@ def targets(validation: list[dict]) -> str:
     lines = ["# Throughput model: targets", "",
              f"Written by `make bench-speed` (`scripts/speed_targets.py`) from `{VALIDATION}`: training rows only, "
              "|predicted / measured - 1| of predictions from fits without the row's GPU (leave-one-GPU-out) and "
-             "without its source (leave-one-source-out); coverage = share of both predictions inside an 80 % band "
-             "set by the other GPUs' held-out residuals. Targets: median <= 10 %, p90 <= 25 %, coverage 75-85 %. "
+             "without its source (leave-one-source-out); coverage = share of both predictions inside the 80 % band "
+             "set by the other sources' held-out residuals, at the percentiles calibrated by GPU "
+             "(`bench.speed.validate.calibrated_quantiles`: the sources had no say in them). Targets: median <= 10 %, p90 <= 25 %, coverage 75-85 %. "
              "The fit's training rows are the RTX 3090 (timm), A100-40/80GB and V100-16/32GB (DLE) and H100 SXM and "
              "PCIe, H200 and B200 (Lambda's BERT rows: `docs/speed/sources.md`; held out per configuration in "
              "`docs/speed/hopper_blackwell.md`).",

@@ -73,7 +73,7 @@ def test_every_predicted_plan_line_prints_its_ranges_and_says_when_the_top_two_o
     points = {int(rank): (_number(usd), _number(hours)) for rank, usd, hours in
               re.findall(r"^ +(\d+) +([\d,]+\.\d\d) +([\d,]+\.\d\d)  \S", out, re.M)}
     ranges = {int(rank): tuple(map(_number, values)) for rank, *values in
-              re.findall(r"^ +(\d+): \[\d+\] ([\d,.]+)-([\d,.]+) h, \$([\d,.]+)-([\d,.]+) \(p10-p90 of that error\)",
+              re.findall(r"^ +(\d+): \[\d+\] ([\d,.]+)-([\d,.]+) h, \$([\d,.]+)-([\d,.]+) \((?:80 % band|p10-p90) of that error\)",
                          out, re.M)}
     assert len(points) >= 2 and ranges.keys() == points.keys()
     for rank, (usd, hours) in points.items():

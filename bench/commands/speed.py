@@ -186,8 +186,10 @@ def _table(rows: list[dict], key: str) -> list[str]:
 
 def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
     from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS, UNSEEN_GENERATION
+    from bench.speed.validate import BAND_COVERAGE_PCT
 
     logo, lofo = tables["logo"], tables["lofo"]
+    low, high = tables["band_quantiles"]
     lines = [f"# Throughput model {version}: validation", "",
              "Every figure here is of rows the fit never saw. The rows (`bench/data/reference/`, sources in its "
              "README): timm's RTX 3090 training benchmark (AMP fp16), NVIDIA DeepLearningExamples training and "
@@ -204,8 +206,8 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
              f"training rows): median "
              f"**{tables['loso']['median_error_pct']} %**, p90 **{tables['loso']['p90_error_pct']} %**.", "",
              "## The 80 % band every prediction carries", "",
-             "A prediction's interval is its value divided by the 90th and 10th percentiles of predicted / measured "
-             "over held-out residuals of training rows only (inference rows never set a training step's band): "
+             f"A prediction's interval is its value divided by the {high:g}th and {low:g}th percentiles of predicted / "
+             "measured over held-out residuals of training rows only (inference rows never set a training step's band): "
              "each training row once predicted by a fit without its GPU and once by a fit without its source, "
              "pooled, in the narrowest slice that matches (kind of GPU and op mix, then kind of GPU, then all; a "
              f"slice needs {BAND_MIN_ROWS} residuals of {BAND_MIN_GPUS} GPUs). On a GPU whose generation has no "
@@ -214,11 +216,16 @@ def _validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
              "row of their generation. Each line says what its band rests on. Op mix: `matmul` where matmuls "
              "and attention do over half the compute FLOPs, else `grouped-conv` where any grouped or depthwise "
              "convolution runs, else `conv`.", "",
-             "Measured coverage of the 80 % band on rows it never saw (each group's band from the other groups' "
-             "residuals, applied to the group's held-out predictions): "
+             f"Those percentiles are split-conformal over GPUs (`bench.speed.validate.calibrated_quantiles`): the "
+             f"narrowest pair, from p10-p90 outward in steps of 0.5, whose band, set for each GPU by the other GPUs' "
+             f"residuals, holds {BAND_COVERAGE_PCT:g} % of that GPU's held-out predictions (the nominal p10-p90 held "
+             "less: residuals pooled from many rows of a few GPUs are narrower than what a new GPU meets).", "",
+             "Measured coverage of the band on rows it never saw (each group's band from the other groups' "
+             "residuals, applied to the group's held-out predictions; by GPU is how the percentiles were chosen, "
+             "by source is the check): "
              + "; ".join(f"held out {how}: **{c['coverage_pct']} %** of {c['predictions']} predictions"
                          for how, c in tables["coverage"].items()) + " (target 75-85 %).", "",
-             "| slice | rows | median error % | p90 error % | predicted/measured p10 | p90 |",
+             f"| slice | rows | median error % | p90 error % | predicted/measured p{low:g} | p{high:g} |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {key} | {b.rows} | {b.median_error_pct} | {b.p90_error_pct} | {b.ratio_low} | {b.ratio_high} |"
               for key, b in sorted(tables["bands"].items())]

@@ -145,7 +145,7 @@ class MeasuredRow:
     """A predicted row's basis in words: `predicted (model v3, leave-one-GPU-out, rows of conv nets on gddr GPUs:
     median error 15.0 %, p90 28.8 %, 120 rows)`: the cross-GPU error of its kind of GPU and op mix."""
     speed_interval: tuple[float, float] | None = None
-    """(low, high) samples/s: a predicted row's p10-p90 of that error (`samples_per_s_low`, `_high`), a measured
+    """(low, high) samples/s: a predicted row's 80 % band of that error (`samples_per_s_low`, `_high`), a measured
     row's 95 % interval of its median step (`step_time_ci95_low_ms`, `_high_ms`)."""
     grads_bytes: int | None = None
     """Gradient storage of one replica (what DDP all-reduces): with it, a multi-GPU instance whose interconnect
@@ -195,7 +195,7 @@ class MeasuredRow:
     @property
     def interval_basis(self) -> str:
         """What `speed_interval` is, in words."""
-        return "p10-p90 of that error" if self.predicted_gpu else "95 % interval of the measured median step"
+        return "80 % band of that error" if self.predicted_gpu else "95 % interval of the measured median step"
 
     def key(self, ignore: Iterable[str] = ()) -> Key:
         """The row's configuration key (`bench.results.keys`), less `ignore`."""

@@ -105,7 +105,7 @@ class Option:
     @property
     def hours_range(self) -> tuple[float, float] | None:
         """Hours per run at the ends of the speed's interval (`CostLine.speed_interval`: a predicted or projected
-        speed's p10-p90 error, a measured one's 95 % interval; None: not known)."""
+        speed's 80 % band, a measured one's 95 % interval; None: not known)."""
         return self.line.over_speed_range(self.hours_per_run)
 
     @property

@@ -87,9 +87,11 @@ class ErrorBand:
     median_error_pct: float
     p90_error_pct: float
     ratio_low: float
-    """10th percentile of predicted / measured: the prediction divided by it is the interval's top."""
+    """Lower percentile of predicted / measured (p10, or wider where `bench.speed.validate.calibrated_quantiles`
+    widens a prediction's band so it holds 80 % on GPUs it never saw): the prediction divided by it is the
+    interval's top."""
     ratio_high: float
-    """90th percentile of predicted / measured."""
+    """Upper percentile of predicted / measured (p90, or wider)."""
     rows: int
     """Held-out residuals the band rests on (a row counts once per held-out scheme that predicted it)."""
     held_out: str = ""
@@ -211,7 +213,7 @@ class ModelFile:
                 f"{errors}, {band.rows} rows; 80 % band: {self.rests_on(spec, mix)})")
 
     def interval(self, samples_per_s: float, spec: GpuSpec, mix: str | None = None) -> tuple[float, float] | None:
-        """(low, high) samples/s, an 80 % band: the prediction over the 90th and 10th percentiles of predicted /
+        """(low, high) samples/s, an 80 % band: the prediction over the upper and lower percentiles of predicted /
         measured in the held-out validation's slice that applies (`band_and_key`; None: not validated)."""
         band = self.band(spec, mix)
         return None if band is None else (samples_per_s / band.ratio_high, samples_per_s / band.ratio_low)
