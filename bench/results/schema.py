@@ -234,9 +234,10 @@ PREDICTED_COLUMNS: dict[str, Column] = {
                                      "what sets the predicted step"),
     "op_mix": Column("str", "matmul | conv | grouped-conv: what the step's compute FLOPs are mostly "
                             "(bench.speed.model.mix_of); with the kind of GPU, the validation slice whose error applies"),
-    "samples_per_s_low": Column("float", "samples_per_s / the 90th percentile of predicted/measured in the "
-                                         "leave-one-GPU-out validation slice of this kind of GPU and op mix"),
-    "samples_per_s_high": Column("float", "samples_per_s / the 10th percentile of the same"),
+    "samples_per_s_low": Column("float", "samples_per_s / the upper end of the 80 % band of predicted/measured "
+                                         "(held-out validation slice of this kind of GPU and op mix; its "
+                                         "percentiles split-conformal over GPUs, docs/speed.md)"),
+    "samples_per_s_high": Column("float", "samples_per_s / the lower end of the same band"),
     "speed_model_version": Column("str", "version of bench/data/speed_params.json"),
     "speed_basis": Column("str", "predicted (model vX, leave-one-GPU-out, <slice>: median error Y %, p90 Z %, "
                                  "N rows)"),
