@@ -20,7 +20,7 @@ constraints: install
 	$(BIN)/pip-compile --quiet --extra dev --extra slurm --extra cloud --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file constraints.txt pyproject.toml
 
-# Every test, doctests included; test-fast (79 s on 2 cores here; the goal is 60 s) leaves out those marked slow: they start
+# Every test, doctests included; test-fast (77 s on 2 cores here; the goal is 60 s) leaves out those marked slow: they start
 # a process, or take more than about 1.5 s (@pytest.mark.slow on the test itself; tests/conftest.py refuses a
 # process in an unmarked test).
 test: install
