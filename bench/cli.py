@@ -94,27 +94,39 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted()
     except Exception as exc:
-        if not _caused_by_interrupt(exc):
+        if not (_caused_by_interrupt(exc) or _signals_received):
             raise
         return _interrupted()
 
 
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """The one signal policy of every command: SIGTERM (`kill`, `timeout`) unwinds like Ctrl-C, so a runner kills
-    the cell it waits for, the results lock and temporary files go in their `finally`, and the command says so in
-    one line and exits 130. The handler before it is put back after (a caller of `main` keeps its own)."""
+    """The one signal policy of every command: SIGTERM (`kill`, `timeout`) unwinds like Ctrl-C (both noted in
+    `_signals_received`), so a runner kills the cell it waits for, the results lock and temporary files go in their
+    `finally`, and the command says so in one line and exits 130. The handlers before it are put back after (a
+    caller of `main` keeps its own); an ignored SIGINT (a shell's background job) stays ignored."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    _signals_received.clear()
+    previous = {number: signal.signal(number, _raise_keyboard_interrupt) for number in _INTERRUPTS
+                if number != signal.SIGINT or signal.getsignal(number) is signal.default_int_handler}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+_INTERRUPTS = (signal.SIGTERM, signal.SIGINT)
+_signals_received: list[int] = []
+"""The interrupts this command has received: one that lands inside a C extension's import can come back as an
+unrelated error with no KeyboardInterrupt in its chain (torch's distributed module turned one into
+`TypeError: expected a message argument`), and is still the interrupt."""
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    _signals_received.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -209,6 +210,22 @@ def _raise_wrapped_interrupt(*args, **kwargs):
 
 def test_ctrl_c_that_a_library_wraps_is_still_an_interrupt_not_a_traceback(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bench.commands.grids.load_grid", _raise_wrapped_interrupt)
+    assert main(["run", "experiments/smoke.toml", "--results", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "bench: interrupted; rows of finished cells are kept, rerun to resume\n"
+
+
+def _swallow_a_sigterm(*args, **kwargs):
+    import signal
+
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the command's handler raises KeyboardInterrupt here
+    except KeyboardInterrupt:
+        pass  # how torch's distributed import (a C extension) lost one: no interrupt left in the chain
+    raise TypeError("expected a message argument")
+
+
+def test_an_interrupt_a_c_extension_turns_into_another_error_is_still_an_interrupt(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("bench.commands.grids.load_grid", _swallow_a_sigterm)
     assert main(["run", "experiments/smoke.toml", "--results", str(tmp_path)]) == 130
     assert capsys.readouterr().err == "bench: interrupted; rows of finished cells are kept, rerun to resume\n"
 
