@@ -107,7 +107,7 @@ def lambda_train(traced: set[str]) -> tuple[int, Counter, int]:
 def input_bound_lines() -> list[str]:
     """The TF32 and FP32 training rows, each with how much faster its table's fp16 row of it ran (the rule of
     `bench.speed.reference.not_input_bound`), and whether the fit keeps it."""
-    rows = ref.select_rows(ref.timm_train_rows()) + ref.dle_rows() + ref.timm_infer_rows() + ref.lambda_rows()
+    rows = ref.candidate_rows()
     checked = [(row, ref.input_headroom(row, rows)) for row in rows if row.mode == "train" and row.precision != "fp16"]
     kept = sum((headroom or 0.0) >= ref.INPUT_HEADROOM for _, headroom in checked)
     lines = ["## TF32 and FP32 training rows: not input-bound", "",

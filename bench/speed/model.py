@@ -9,7 +9,7 @@ Each op costs the largest of three times, plus a fixed cost per kernel launched:
 - memory traffic: bytes / (datasheet bandwidth x the achievable fraction `e_memory`), with a per-SM
   occupancy term (a kernel too small to keep every SM's loads in flight reaches less) and
   `l2_speedup` for an op whose bytes fit in L2.
-- memory format (half-precision convolutions only; fitted on timm's RTX 3090 pairs of one model run both ways): an
+- memory format (half-precision convolutions only; timm's pairs of one model run both ways pin it): an
   NCHW convolution pays, on top of its own time, the transposes to and from NHWC that cuDNN's tensor-core
   kernels need (`nchw_half_bytes` x its bytes at the memory rate: separate kernels, so added, not overlapped);
   on PyTorch 1.x and cuDNN 8 only (calibration rows: `bench.speed.reference.CUDNN8_SOURCES`), a channels-last
@@ -275,11 +275,11 @@ def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: Spee
     with np.errstate(invalid="ignore", divide="ignore"):
         # Whole waves multiply the op's FLOPs; the per-SM fill cost is paid once, not once per idle tile.
         tensor = np.where(f.computing, (f.flops * f.wave_cost + sms * params.flops_per_sm_half) / rate, 0.0)
-    bandwidth = r.bandwidth * min(params.e_memory, 1.0) * np.where(f.in_l2, params.l2_speedup, 1.0)
+    dram = r.bandwidth * min(params.e_memory, 1.0)
+    bandwidth = dram * np.where(f.in_l2, params.l2_speedup, 1.0)
     memory = np.where(f.launched & (f.bytes_moved > 0), (f.bytes_moved + sms * params.bytes_per_sm_half) / bandwidth,
                       0.0)
-    transpose = np.where(f.transposed, f.bytes_moved * params.nchw_half_bytes / (r.bandwidth * min(params.e_memory, 1.0)),
-                         0.0)
+    transpose = np.where(f.transposed, f.bytes_moved * params.nchw_half_bytes / dram, 0.0)
     # FP32 lane-cycles per second = the FP32 peak / 2 (one fused multiply-add, two FLOPs, per lane and cycle).
     non_tensor = np.where(f.non_tensor, f.out_elements / (r.fp32_peak / 2 * params.elements_per_lane_cycle), 0.0)
     kernel = np.where(f.launched, params.kernel_us * 1e-6, 0.0)

@@ -275,10 +275,14 @@ def not_input_bound(rows: list[ReferenceRow]) -> list[ReferenceRow]:
             or (input_headroom(row, rows) or 0.0) >= INPUT_HEADROOM]
 
 
+def candidate_rows() -> list[ReferenceRow]:
+    """The traced timm training subset, DLE's one-GPU rows, the timm inference sample, Lambda's one-GPU BERT rows."""
+    return select_rows(timm_train_rows()) + dle_rows() + timm_infer_rows() + lambda_rows()
+
+
 def reference_rows() -> list[ReferenceRow]:
-    """Every calibration row: the traced timm training subset, DLE's one-GPU rows, the timm inference sample,
-    Lambda's one-GPU BERT rows; TF32 and FP32 training rows only where they are not input-bound."""
-    return not_input_bound(select_rows(timm_train_rows()) + dle_rows() + timm_infer_rows() + lambda_rows())
+    """Every calibration row: `candidate_rows`, TF32 and FP32 training rows only where they are not input-bound."""
+    return not_input_bound(candidate_rows())
 
 
 def trace_forward(row: ReferenceRow, models: FakeModels) -> OpTable:
