@@ -185,6 +185,17 @@ class _Parser(argparse.ArgumentParser):
             self.error(f"argument {action.option_strings[0]}: expected a value, got --")
         return super()._get_values(action, arg_strings)
 
+    def parse_known_args(self, args=None, namespace=None):
+        # argparse hands a list positional only the items before the first option (bpo-15112), so
+        # `bench plan MODEL --effective-batch N DIR` left DIR unrecognized: words left over go to that positional.
+        namespace, extras = super().parse_known_args(args, namespace)
+        (listed, *others) = [a for a in self._actions if not a.option_strings and a.nargs in ("*", "+")] or [None]
+        if extras and listed is not None and not others and not any(word.startswith("-") for word in extras):
+            given = getattr(namespace, listed.dest) or []
+            setattr(namespace, listed.dest, [*given, *self._get_values(listed, extras)])
+            extras = []
+        return namespace, extras
+
     def error(self, message: str) -> None:
         where = re.sub(r"^argument ([^:]+): ", r"\1: ", message)  # "argument --x: ..." -> "--x: ..."
         where = re.sub(r"'([^']{57})[^']{4,}'", r"'\1...'", where)  # a 5,000-digit value is not repeated whole

@@ -15,7 +15,7 @@ import pytest
 from conftest import CPU_ROWS, REPO
 
 from bench.cli import _log_warnings, _parser, main, subcommand_parsers
-from bench.errors import MissingExtra
+from bench.errors import MissingExtra, OptionError
 
 RESNET_CPU_ROWS = CPU_ROWS.parent
 
@@ -237,3 +237,15 @@ def test_a_library_error_without_an_interrupt_behind_it_is_not_called_one(monkey
     monkeypatch.setattr("bench.commands.grids.load_grid", fails)
     with pytest.raises(RuntimeError, match="a real bug"):
         main(["run", "experiments/smoke.toml", "--results", str(tmp_path)])
+
+
+def test_results_folders_may_follow_the_options_as_well_as_precede_them():
+    """`bench plan MODEL --effective-batch N DIR` was refused ("unrecognized arguments: DIR"): argparse gives a list
+    positional only the words before the first option. Words left over join it; an unknown option is still refused."""
+    parse = _parser().parse_args
+    plan = parse(["plan", "resnet50", "--effective-batch", "1024", "results/a", "--top", "2", "results/b"])
+    assert [str(p) for p in plan.folders] == ["resnet50", "results/a", "results/b"] and plan.top == 2
+    cost = parse(["cost", "results/a", "--epochs", "2", "results/b"])
+    assert [str(p) for p in cost.folders] == ["results/a", "results/b"] and cost.epochs == 2
+    with pytest.raises(OptionError, match="unrecognized arguments: results/b --bogus"):
+        parse(["plan", "resnet50", "--effective-batch", "1024", "results/b", "--bogus"])
