@@ -19,12 +19,14 @@ if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
     from bench.grid.spec import Grid
     from bench.measure.device import DeviceInfo
     from bench.memory.estimate import Estimate
-    from bench.memory.probe import OnTrial, ProbeResult
+    from bench.memory.estimate_grid import GridEstimate
+    from bench.memory.probe import OnTrial, ProbeReport, ProbeResult
     from bench.planner.ranking import Plan
     from bench.report.compare import Comparison
+    from bench.speed.predict import GridPrediction
 
-__all__ = ["load_grid", "estimate", "measure_cell", "run_grid", "probe", "price", "plan", "read_rows", "load_for_device",
-           "compare"]
+__all__ = ["load_grid", "estimate", "estimate_grids", "predict_grids", "measure_cell", "run_grid", "probe",
+           "probe_report", "price", "plan", "read_rows", "load_for_device", "compare"]
 
 
 def load_grid(path: str | Path, profile: Literal["cuda", "cpu"] = "cuda") -> Grid:
@@ -42,6 +44,66 @@ def estimate(cell: Cell, target: Literal["cuda", "cpu"] = "cuda") -> Estimate:
     from bench.memory.estimate import estimate_cell
 
     return estimate_cell(cell, target)
+
+
+def estimate_grids(files: Iterable[str | Path], *, profile: Literal["cuda", "cpu"] = "cuda",
+                   results_root: str | Path = "results", on_grid: Callable[[Grid], None] | None = None,
+                   on_row: Callable[[dict, int, int], None] | None = None) -> list[GridEstimate]:
+    """Every cell of each grid file estimated, as `bench estimate` does: every file and its models' bounds checked
+    first (bad input raises a one-line `BadInput` before anything is estimated), then each grid's rows written to
+    `<results_root>/<experiment>/estimate/runs.csv` (a cell the model refuses is an error row) and charted beside
+    them. `on_grid` is told of each grid as it begins, `on_row` of each row (row, index, cells in the grid)."""
+    from bench.train.model_bounds import load_checked_grid as load
+
+    grids = [load(path, profile) for path in files]
+    from bench.memory.estimate_grid import GridEstimate, estimate_grid  # late: torch, once the input is checked
+    from bench.memory.validate import agreement
+    from bench.report.estimate_chart import write_estimate_chart
+    estimated = []
+    for grid in grids:
+        if on_grid:
+            on_grid(grid)
+        rows: list[dict] = []
+
+        def keep(row: dict, index: int, total: int) -> None:
+            rows.append(row)
+            if on_row:
+                on_row(row, index, total)
+
+        path = estimate_grid(grid, Path(results_root), on_row=keep)
+        chart = write_estimate_chart(path.parent) if any(row["status"] == "estimated" for row in rows) else None
+        agreements = {model: agreement(model=model) for model in dict.fromkeys(cell.model for cell in grid.cells)}
+        estimated.append(GridEstimate(grid, path, tuple(rows), chart, agreements))
+    return estimated
+
+
+def predict_grids(files: Iterable[str | Path], *, gpus: Iterable[str] = (), only: dict[str, str] | None = None,
+                  results_root: str | Path = "results", on_grid: Callable[[Grid], None] | None = None,
+                  on_row: Callable[[dict], None] | None = None) -> list[GridPrediction]:
+    """Every cell of each grid file's CUDA grid predicted on catalog GPUs (`gpus`, default every one) by the
+    throughput model, as `bench predict` does: rows to `<results_root>/<experiment>/predicted/runs.csv` and the
+    throughput lost at the most-accumulated split to `accumulation.csv` beside them. `only` keeps the cells with
+    those axis values (axis -> value). Every file, GPU and filter is checked before anything is predicted;
+    `on_grid` is told of each grid as it begins, `on_row` of each predicted row."""
+    from bench.errors import OptionError, refused_step
+    from bench.measure.hardware import gpu_key_hint, gpu_keys
+    from bench.train.model_bounds import load_checked_grid as load
+
+    gpus = tuple(gpus)
+    unknown = [key for key in gpus if key not in gpu_keys()]
+    if unknown:
+        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; {gpu_key_hint(unknown[0])}")
+    grids = [load(path, "cuda") for path in files]
+    grids = [grid.only(only) for grid in grids] if only else grids
+    from bench.speed.predict import predict_grid_files  # late: torch, once the input is checked
+    predicted = []
+    for grid in grids:
+        if on_grid:
+            on_grid(grid)
+        sizes = ", ".join(sorted({f"{cell.model} at {cell.image_size} px" for cell in grid.cells}))
+        with refused_step(grid.name, f"a cell of {grid.path} ({sizes})"):
+            predicted.append(predict_grid_files(grid, Path(results_root), gpus or None, on_row))
+    return predicted
 
 
 def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto", timeout_s: float = 600.0,
@@ -105,22 +167,41 @@ def probe(model: str, *, gpu: str | None = None, memory_gib: float | None = None
     `memory_limit_gib` is required). `axes` are the grid's (`image_size`, `precision`, `checkpointing`,
     `optimizer`, `channels_last`, ...) and the model's (`model_kwargs` a dict, `in_chans`, `image_width`,
     `num_classes`); `model` is a timm name, hf-hub:ORG/NAME, package.module:factory or path/to/file.py:factory.
-    `on_trial` is called with each `Trial` as it ends."""
+    `on_trial` is called with each `Trial` as it ends. Several GPUs at once, with the estimator's measured
+    agreement: `probe_report`."""
+    report = probe_report(model, gpus=() if gpu is None else (gpu,), memory_gib=memory_gib,
+                          memory_limit_gib=memory_limit_gib, device=device, accum_steps=accum_steps,
+                          timeout_s=timeout_s, on_trial=on_trial, **axes)
+    return report.answers[0].result
+
+
+def probe_report(model: str, *, gpus: Iterable[str] = (), memory_gib: float | None = None,
+                 memory_limit_gib: float | None = None, device: Literal["auto", "cuda", "cpu"] = "auto",
+                 accum_steps: int = 1, headroom: float | None = None, timeout_s: float = 600.0,
+                 check_cell: Callable[[Cell], None] | None = None, on_trial: OnTrial | None = None,
+                 on_text: Callable[[str], None] | None = None, **axes: Any) -> ProbeReport:
+    """`probe` for every GPU of `gpus` at once (each micro-batch traced once for all), as `bench probe` answers:
+    a `ProbeReport` of one `BudgetAnswer` per budget, each with the estimator's measured agreement with public
+    fit/OOM rows. `headroom` (default `bench.memory.fit.DEFAULT_HEADROOM`) is kept free above the estimate when
+    answering for a GPU or a size. `check_cell` checks the model before any trace (default: that it is an image
+    classifier for its input); `on_text` gets a progress line as each budget's probe begins."""
     from bench.errors import ModelRefError
     from bench.grid.model_ref import model_problem, parse_model_kwargs
     from bench.memory.budget import probe_budget
-    from bench.memory.probe import ProbeConfig, probe_from_estimate, probe_on_device
+    from bench.memory.probe import ProbeConfig, probe_budgets
 
     problem = model_problem(model)
     if problem:
         raise ModelRefError(problem)
     if isinstance(axes.get("model_kwargs"), dict):
         axes["model_kwargs"] = parse_model_kwargs(json.dumps(axes["model_kwargs"]))
+    chosen = {} if headroom is None else {"headroom": headroom}
+    budgets = [probe_budget(gpu=gpu, memory_gib=memory_gib, memory_limit_gib=memory_limit_gib, device=device,
+                            **chosen) for gpu in list(gpus) or [None]]  # a bad choice refused before any trace
     config = ProbeConfig.of(model, accum_steps, **axes)
-    budget = probe_budget(gpu=gpu, memory_gib=memory_gib, memory_limit_gib=memory_limit_gib, device=device)
-    if budget.device is None:
-        return probe_from_estimate(config, budget, on_trial=on_trial)
-    return probe_on_device(config, budget, memory_limit_gib, timeout_s, on_trial=on_trial)
+    (check_cell or _check_classifier)(config.base)
+    return probe_budgets(config, budgets, memory_limit_gib=memory_limit_gib, timeout_s=timeout_s,
+                         on_trial=on_trial, on_text=on_text)
 
 
 def price(folder: str | Path, *, allow_cpu_projection: bool = False, providers: Iterable[str] = (),
@@ -266,6 +347,14 @@ def _compare_side(path: Path):
     rows = records(read_runs(runs, schema.columns))
     entries = entries_from_rows(rows, schema.kind)
     return entries, len(rows) - len(entries)
+
+
+def _check_classifier(cell: Cell) -> None:
+    """The model built once on the meta device: one line when it is not an image classifier for its input."""
+    from bench.grid.model_ref import ModelSpec
+    from bench.train.model_build import check_classifier
+
+    check_classifier(ModelSpec.of(cell))
 
 
 def _assumptions(scaling_efficiency: float | None, headroom: float | None, allow_cpu_projection: bool):

@@ -454,7 +454,7 @@ def test_predicted_rows_carry_the_cross_gpu_interval_and_say_so():
 
 
 def test_the_written_tables_keep_their_committed_headers_from_declared_columns(tmp_path):
-    from bench.commands.speed import ACCUMULATION_COLUMNS
+    from bench.speed.predict import ACCUMULATION_COLUMNS
     from bench.frames import write_csv
     from bench.speed.hopper_blackwell import RATIO_COLUMNS, ROW_COLUMNS
     from bench.speed.memory_format import PAIR_COLUMNS

@@ -154,13 +154,24 @@ def grid_document(grid) -> dict[str, Any]:
             "cells": [{"cell_id": cell.cell_id, **jsonable(cell)} for cell in grid.cells]}
 
 
-def probe_document(config, answers, agreements: dict | None = None,
-                   model_sources: str | None = None) -> dict[str, Any]:
+def estimate_document(found) -> dict[str, Any]:
+    """`bench estimate`, one grid (a `bench.memory.estimate_grid.GridEstimate`): its file, rows, where they went,
+    the chart, and per model the estimator's measured agreement with public fit/OOM rows."""
+    from dataclasses import asdict
+
+    grid = found.grid
+    return {"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": found.runs_file,
+            "chart": found.chart, "rows": list(found.rows),
+            "estimator_agreement": {model: None if measured is None else {**asdict(measured), "text": measured.describe()}
+                                    for model, measured in found.agreements.items()}}
+
+
+def probe_document(report, model_sources: str | None = None) -> dict[str, Any]:
     """`bench probe`: the configuration (`model_sources`: for an hf-hub model, which of its config and the options
     set its classes, input and kwargs) and, per budget asked for (`--gpu` repeated), the estimator's answer with
     its predicted peaks (whole bytes), the estimator's measured agreement with public fit/OOM rows at the budget's
-    headroom (`agreements`: headroom -> `bench.memory.validate.Agreement` or None) and, after trials, the device's.
-    The first answer is also given at the top level."""
+    headroom and, after trials, the device's: a `bench.memory.probe.ProbeReport`, as `probe_text` says it. The
+    first answer is also given at the top level."""
     from dataclasses import asdict
 
     from bench.units import GIB
@@ -173,9 +184,8 @@ def probe_document(config, answers, agreements: dict | None = None,
             "largest_micro_batch": found.largest,
             "trials": [{"micro_batch": n, "fits": ok} for n, ok in found.trials]}
 
-    def answer(budget, result) -> dict[str, Any]:
+    def answer(budget, result, agreement) -> dict[str, Any]:
         largest = result.predicted.largest
-        agreement = (agreements or {}).get(budget.headroom)
         return {"budget": {"bytes": whole(budget.nbytes), "gib": budget.nbytes / GIB, "source": budget.source,
                            "headroom": budget.headroom,
                            "device": None if budget.device is None else budget.device.name},
@@ -187,7 +197,8 @@ def probe_document(config, answers, agreements: dict | None = None,
                 "traced_steps": result.traced_steps,
                 "found": search(result.found), "doubling_trials": result.doubling_trials}
 
-    answers = [answer(budget, result) for budget, result in answers]
+    config = report.config
+    answers = [answer(found.budget, found.result, found.agreement) for found in report.answers]
     return {"model": config.base.model, "configuration": config.describe(), "model_sources": model_sources,
             "cell": {k: v for k, v in jsonable(config.base).items() if k not in ("micro_batch", "experiment")},
             **answers[0], "answers": answers}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 from pathlib import Path
 
 from bench.commands.common import (
@@ -14,7 +13,14 @@ from bench.commands.common import (
     positive,
     positive_int,
 )
-from bench.commands.formats import INTERACTIVE, add_format_option, answer_only, emit, probe_document
+from bench.commands.formats import (
+    INTERACTIVE,
+    add_format_option,
+    answer_only,
+    emit,
+    estimate_document,
+    probe_document,
+)
 from bench.commands.model_options import (
     MODEL_HELP,
     add_model_options,
@@ -23,7 +29,6 @@ from bench.commands.model_options import (
     model_fields,
     model_sources,
 )
-from bench.errors import refused_step
 from bench.grid.cell import PROBE_DEFAULTS, choices, field_docs, field_types, probe_options
 from bench.memory.fit import DEFAULT_HEADROOM
 
@@ -77,90 +82,60 @@ def add_axis_options(probe: argparse.ArgumentParser) -> None:
 
 
 def estimate_grids(args: argparse.Namespace) -> int:
-    from bench.train.model_bounds import load_checked_grid  # builds each model once, unless the cache knows it
-
-    grids = [load_checked_grid(path, args.profile) for path in args.files]  # every file and its models' bounds
-    from bench.memory.estimate_grid import (  # late: fake tensors only here
-        describe_estimate,
-        estimate_grid,
-    )
-    from bench.memory.validate import agreement, agreement_text
+    from bench.api import estimate_grids as estimate
     from bench.report.console import steps
-    from bench.report.estimate_chart import write_estimate_chart
 
-    answers = []
-    with answer_only(args.format == "json"), steps(sum(len(g.cells) for g in grids), INTERACTIVE) as step:
-        for grid in grids:
+    name = ""  # the grid being estimated, for the progress bar
+    with answer_only(args.format == "json"), steps(None, INTERACTIVE) as step:
+        def begin(grid) -> None:
+            nonlocal name
+            name = grid.name
+            step.expect(len(grid.cells))
             step.say(f"{grid.name}: {len(grid.cells)} cells, profile {grid.profile}, estimated without a device")
-            rows: list[dict] = []
 
-            def on_row(row: dict, index: int, total: int) -> None:
-                rows.append(row)
-                step.say(f"  [{index + 1}/{total}] {describe_estimate(row)}")
-                step.advance(f"{grid.name} {index + 1}/{total}")
+        def show(row: dict, index: int, total: int) -> None:
+            from bench.memory.estimate_grid import describe_estimate  # loaded by now: the grids passed their checks
 
-            path = estimate_grid(grid, args.results, on_row=on_row)  # a cell the model refuses is an error row
-            if any(row["status"] == "estimated" for row in rows):
-                chart = write_estimate_chart(path.parent)
-                step.say(f"  wrote {path} and {chart}")
-            else:  # nothing to draw: every cell's error is on its line above
-                chart = None
-                step.say(f"  wrote {path}; no cell could be estimated, so no chart")
-            agreements = {model: agreement(model=model) for model in dict.fromkeys(cell.model for cell in grid.cells)}
-            for model, measured in agreements.items():  # how far such a fit / does-not-fit answer has been right
+            step.say(f"  [{index + 1}/{total}] {describe_estimate(row)}")
+            step.advance(f"{name} {index + 1}/{total}")
+
+        grids = estimate(args.files, profile=args.profile, results_root=args.results, on_grid=begin, on_row=show)
+        from bench.memory.validate import agreement_text
+
+        for found in grids:
+            step.say(f"  wrote {found.runs_file} and {found.chart}" if found.chart else
+                     f"  wrote {found.runs_file}; no cell could be estimated, so no chart")  # each error on its line
+            for model, measured in found.agreements.items():  # how far such a fit / does-not-fit answer has been right
                 step.say(f"  {model}: {agreement_text(measured)}")
-            answers.append({"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": path,
-                            "chart": chart, "rows": rows,
-                            "estimator_agreement": {model: None if measured is None else
-                                                    {**asdict(measured), "text": measured.describe()}
-                                                    for model, measured in agreements.items()}})
     if args.format == "json":
-        emit("estimate", {"grids": answers})
+        emit("estimate", {"grids": [estimate_document(found) for found in grids]})
     return 0
 
 
 def probe_model(args: argparse.Namespace) -> int:
     import sys
 
-    from bench.memory.budget import probe_budget
+    from bench.api import probe_report
+    from bench.memory.probe import probe_text
 
     check_reference(args.model)
     fields = model_fields(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
     sources = model_sources(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
     if sources:
         print(f"model: {sources}", file=sys.stderr, flush=True)
-    budgets = [probe_budget(gpu=gpu, memory_gib=args.memory_gib, memory_limit_gib=args.memory_limit_gib,
-                            device=args.device, headroom=args.headroom) for gpu in args.gpu or [None]]
-    from bench.memory.probe import (  # late: the estimator loads torch; the input is checked by now
-        EstimatedPeaks,
-        ProbeConfig,
-        describe_probe,
-        probe_from_estimate,
-        probe_on_device,
-    )
 
-    config = ProbeConfig.of(args.model, args.accum_steps,
-                            **{**{name: getattr(args, name) for name in probe_options()}, **fields})
-    check_built(config.base)
-    # Each trial as it ends, on stderr: the answer alone goes to stdout.
-    def show(trial) -> None:
-        print(f"  {trial.describe()}", file=sys.stderr, flush=True)
+    def announce(text: str) -> None:  # progress on stderr: the answer alone goes to stdout
+        print(text, file=sys.stderr, flush=True)
 
-    peaks = EstimatedPeaks(config, "cuda")  # shared by every GPU asked for: each micro-batch traced once
-    results = []
-    for budget in budgets:
-        print(f"probe: {config.describe()}; budget {budget.source}", file=sys.stderr, flush=True)
-        with answer_only(args.format == "json"), refused_step(args.model, config.describe()):
-            results.append(probe_from_estimate(config, budget, on_trial=show, peaks=peaks)
-                           if budget.device is None else
-                           probe_on_device(config, budget, args.memory_limit_gib, args.timeout_s, on_trial=show))
-    from bench.memory.validate import agreement, agreement_text
-
-    agreements = {headroom: agreement(headroom, model=args.model)
-                  for headroom in {budget.headroom for budget in budgets}}
+    axes = {**{name: getattr(args, name) for name in probe_options()}, **fields}
+    with answer_only(args.format == "json"):
+        report = probe_report(args.model, gpus=args.gpu or (), memory_gib=args.memory_gib,
+                              memory_limit_gib=args.memory_limit_gib, device=args.device,
+                              accum_steps=args.accum_steps, headroom=args.headroom, timeout_s=args.timeout_s,
+                              check_cell=check_built, on_trial=lambda trial: announce(f"  {trial.describe()}"),
+                              on_text=announce, **axes)
     if args.format == "json":
-        emit("probe", probe_document(config, list(zip(budgets, results)), agreements, sources))
+        emit("probe", probe_document(report, sources))
     else:
-        print("\n\n".join(describe_probe(config, budget, result, agreement_text(agreements[budget.headroom]))
-                            for budget, result in zip(budgets, results)))
-    return 0 if all((result.found or result.predicted).largest > 0 for result in results) else 1
+        print(probe_text(report))
+    return 0 if report.every_budget_fits_one else 1

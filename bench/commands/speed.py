@@ -7,16 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.commands.formats import add_format_option
-from bench.errors import OptionError, refused_step
+from bench.errors import OptionError
 from bench.frames import write_csv
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VALIDATION_DIR = Path("docs/speed")
-ACCUMULATION_COLUMNS = ("gpu", "model", "image_size", "precision", "checkpointing", "optimizer", "variant",
-                        "effective_batch", "large_split", "accumulated_split", "large_samples_per_s",
-                        "accumulated_samples_per_s", "throughput_lost_pct", "accumulated_bound")
-"""accumulation.csv, the table of `bench.speed.predict.accumulation_loss`; `variant` only where its lines differ in
-an axis beyond the named ones."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -59,50 +54,34 @@ def predict_command(args: argparse.Namespace) -> int:
     return _predict(args)
 
 
-def _gpus(keys: list[str]) -> tuple[str, ...] | None:
-    from bench.measure.hardware import gpu_key_hint, gpu_keys
-
-    unknown = [key for key in keys if key not in gpu_keys()]
-    if unknown:
-        raise OptionError(f"--gpu {unknown[0]}: not a catalog key; {gpu_key_hint(unknown[0])}")
-    return tuple(keys) or None
-
-
 def _predict(args: argparse.Namespace) -> int:
-    from bench.results.read import read_runs, records
-    from bench.results.schema import PREDICTED_COLUMNS
+    from bench.api import predict_grids
     from bench.speed.params import load_model_file
-    from bench.speed.predict import accumulation_loss, describe_prediction, predict_grid
+    from bench.speed.predict import describe_prediction
 
-    gpus = _gpus(args.gpu)
-    from bench.train.model_bounds import load_checked_grid  # builds each model once, unless the cache knows it
+    basis = load_model_file().basis()
 
-    grids = [_only(load_checked_grid(path, "cuda"), args.only) for path in args.files]  # files and models' bounds
-    model = load_model_file()
-    for grid in grids:
-        print(f"{grid.name}: {len(grid.cells)} cells x {len(gpus) if gpus else 'every'} GPU, {model.basis()}")
-        sizes = ", ".join(sorted({f"{cell.model} at {cell.image_size} px" for cell in grid.cells}))
-        with refused_step(grid.name, f"a cell of {grid.path} ({sizes})"):
-            path = predict_grid(grid, args.results, gpus, on_row=lambda row: print(f"  {describe_prediction(row)}"))
-        table = accumulation_loss(records(read_runs(path, PREDICTED_COLUMNS)))
-        written = path.parent / "accumulation.csv"
-        if not table:  # no configuration at two splits: an empty file (or an earlier grid's table) would mislead
-            written.unlink(missing_ok=True)
-            print(f"  wrote {path} (no accumulation.csv: no configuration of the grid has two splits to compare)")
+    def begin(grid) -> None:
+        print(f"{grid.name}: {len(grid.cells)} cells x {len(args.gpu) or 'every'} GPU, {basis}")
+
+    grids = predict_grids(args.files, gpus=args.gpu, only=_only(args.only), results_root=args.results,
+                          on_grid=begin, on_row=lambda row: print(f"  {describe_prediction(row)}"))
+    for found in grids:
+        if found.accumulation_file is None:
+            print(f"  wrote {found.runs_file} (no accumulation.csv: no configuration of the grid has two splits to "
+                  "compare)")
             continue
-        write_csv(table, written, [c for c in ACCUMULATION_COLUMNS if c != "variant" or any(c in r for r in table)])
-        print(f"  wrote {path} and {written} (throughput lost at the most-accumulated split, per GPU)")
-        for line in table:
-            print(f"  {line['gpu']:<15} {line['model']} {line['precision']} ckpt-{line['checkpointing']} {line['optimizer']}: "
-                  f"{line['accumulated_split']} loses {line['throughput_lost_pct']:.1f} % vs {line['large_split']} "
-                  f"({line['accumulated_bound']}-bound)")
+        print(f"  wrote {found.runs_file} and {found.accumulation_file} (throughput lost at the most-accumulated "
+              "split, per GPU)")
+        for line in found.accumulation:
+            print(f"  {line['gpu']:<15} {line['model']} {line['precision']} ckpt-{line['checkpointing']} "
+                  f"{line['optimizer']}: {line['accumulated_split']} loses {line['throughput_lost_pct']:.1f} % vs "
+                  f"{line['large_split']} ({line['accumulated_bound']}-bound)")
     return 0
 
 
-def _only(grid, conditions: list[str]):
-    """`grid` with only the cells whose axes have the `AXIS=VALUE` values."""
-    from dataclasses import replace
-
+def _only(conditions: list[str]) -> dict[str, str]:
+    """`--only AXIS=VALUE` options as axis -> value (the values are checked against the grid's by `Grid.only`)."""
     from bench.grid.cell import axes
 
     wanted = {}
@@ -111,17 +90,7 @@ def _only(grid, conditions: list[str]):
         if name not in axes() or not value:
             raise OptionError(f"--only {condition}: want AXIS=VALUE with AXIS one of {', '.join(axes())}")
         wanted[name] = value
-
-    def matches(cell, name: str) -> bool:
-        return str(getattr(cell, name)).lower() == wanted[name].lower()
-
-    cells = tuple(c for c in grid.cells if all(matches(c, n) for n in wanted))
-    if not cells:  # an empty prediction would write no file to read back: say what the grid holds instead
-        name = next((n for n in wanted if not any(matches(c, n) for c in grid.cells)), next(iter(wanted)))
-        values = ", ".join(dict.fromkeys(str(getattr(c, name)) for c in grid.cells))
-        asked = " ".join(f"{n}={v}" for n, v in wanted.items())
-        raise OptionError(f"--only {asked}: no cell of {grid.path} matches; its {name} values: {values}")
-    return replace(grid, cells=cells)
+    return wanted
 
 
 def _fit() -> int:

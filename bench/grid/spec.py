@@ -50,7 +50,7 @@ from pydantic import (
 )
 from pydantic.functional_validators import AfterValidator
 
-from bench.errors import GridFileError, shown
+from bench.errors import GridFileError, OptionError, shown
 from bench.frames import Tabular
 from bench.grid.cell import (
     MODEL_CHARACTERS,
@@ -264,6 +264,24 @@ class Grid(Tabular):
     def frame_rows(self) -> list[dict]:
         """One row per cell: its id and every field (`to_frame()`, and the table a notebook shows)."""
         return [{"cell_id": cell.cell_id, **cell.to_dict()} for cell in self.cells]
+
+    def only(self, wanted: dict[str, str]) -> Grid:
+        """The grid with only the cells whose axes have the values `wanted` (axis -> value, as written, any case);
+        no cell matching is an `OptionError` (`--only`) saying the values the grid holds."""
+        def matches(cell: Cell, name: str) -> bool:
+            return str(getattr(cell, name)).lower() == wanted[name].lower()
+
+        unknown = [name for name in wanted if name not in axes()]
+        if unknown:
+            raise OptionError(f"--only {unknown[0]}={wanted[unknown[0]]}: want AXIS=VALUE with AXIS one of "
+                              f"{', '.join(axes())}")
+        cells = tuple(c for c in self.cells if all(matches(c, n) for n in wanted))
+        if not cells:  # an empty prediction would write no file to read back: say what the grid holds instead
+            name = next((n for n in wanted if not any(matches(c, n) for c in self.cells)), next(iter(wanted)))
+            values = ", ".join(dict.fromkeys(str(getattr(c, name)) for c in self.cells))
+            asked = " ".join(f"{n}={v}" for n, v in wanted.items())
+            raise OptionError(f"--only {asked}: no cell of {self.path} matches; its {name} values: {values}")
+        return replace(self, cells=cells)
 
 
 def load_grid(path: str | Path, profile: Profile, *, check_models: bool = True, max_cells: int = MAX_CELLS) -> Grid:

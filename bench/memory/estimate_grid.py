@@ -9,9 +9,9 @@ rows only, so an estimate is never mistaken for a measurement.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -28,6 +28,21 @@ from bench.results.rows import cell_row, failure_from, memory_columns
 from bench.results.schema import ESTIMATE_COLUMNS
 from bench.results.store import ESTIMATE_FOLDER, RunsFile, preflight, results_folder
 from bench.units import gib
+
+if TYPE_CHECKING:
+    from bench.memory.validate import Agreement
+
+
+@dataclass(frozen=True)
+class GridEstimate:
+    """A grid estimated: its rows (as written), where they went, the chart drawn of them (None when no cell could be
+    estimated) and, per model, the estimator's measured agreement with public fit/OOM rows."""
+
+    grid: Grid
+    runs_file: Path
+    rows: tuple[dict, ...]
+    chart: Path | None
+    agreements: dict[str, Agreement | None]
 
 
 def estimate_device(target: Target) -> DeviceInfo:

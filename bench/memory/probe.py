@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from bench.errors import BadInput
+from bench.errors import BadInput, refused_step
 from bench.frames import Tabular
 from bench.grid.cell import Cell, Profile, axes, probe_options
 from bench.grid.model_ref import ModelSpec
@@ -29,6 +29,7 @@ from bench.units import MIB, gib, percent
 
 if TYPE_CHECKING:
     from bench.memory.estimate import Target
+    from bench.memory.validate import Agreement
 
 MAX_MICRO_BATCH = 65536
 """The search stops here even if everything fits."""
@@ -392,6 +393,54 @@ def probe_on_device(config: ProbeConfig, budget: Budget, memory_limit_gib: float
                                                                 smallest=smallest))
 
 
+@dataclass(frozen=True)
+class BudgetAnswer:
+    """A probe's answer for one budget, and how far such an answer has been right."""
+
+    budget: Budget
+    result: ProbeResult
+    agreement: Agreement | None
+    """The estimator's measured agreement with public fit/OOM rows at the budget's headroom, with the model's
+    family's share (`bench.memory.validate.agreement`); None without the repository's validation rows."""
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """What `bench probe` answers: the configuration, then one answer per budget asked for."""
+
+    config: ProbeConfig
+    answers: tuple[BudgetAnswer, ...]
+
+    @property
+    def every_budget_fits_one(self) -> bool:
+        """Some micro-batch fits every budget (the command's exit status)."""
+        return all((answer.result.found or answer.result.predicted).largest > 0 for answer in self.answers)
+
+
+def probe_budgets(config: ProbeConfig, budgets: list[Budget], *, memory_limit_gib: float | None = None,
+                  timeout_s: float = 600.0, on_trial: OnTrial | None = None,
+                  on_text: Callable[[str], None] | None = None) -> ProbeReport:
+    """The largest micro-batch of `config` for each budget: from the estimator alone for a GPU or a size (each
+    micro-batch traced once for all of them), by real trials where the budget has a device. `on_text` gets a line as
+    each budget's probe begins, `on_trial` each trial as it ends. A model that refuses the step is one
+    `ModelRefused` line."""
+    from bench.memory.validate import agreement  # reads the committed validation rows
+
+    peaks = EstimatedPeaks(config, "cuda")
+    answers = []
+    for budget in budgets:
+        if on_text:
+            on_text(f"probe: {config.describe()}; budget {budget.source}")
+        with refused_step(config.base.model, config.describe()):
+            result = (probe_from_estimate(config, budget, on_trial=on_trial, peaks=peaks) if budget.device is None else
+                      probe_on_device(config, budget, memory_limit_gib, timeout_s, on_trial=on_trial))
+        answers.append((budget, result))
+    agreements = {headroom: agreement(headroom, model=config.base.model)
+                  for headroom in {budget.headroom for budget, _ in answers}}
+    return ProbeReport(config, tuple(BudgetAnswer(budget, result, agreements[budget.headroom])
+                                     for budget, result in answers))
+
+
 def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult, agreement: str = "") -> str:
     """What the probe found, in a few lines of at most ~110 characters; `agreement`: the estimator's measured
     agreement with public fit/OOM rows (`bench.memory.validate.agreement`), said under the answer."""
@@ -425,6 +474,14 @@ def describe_probe(config: ProbeConfig, budget: Budget, result: ProbeResult, agr
     if agreement:
         lines += textwrap.wrap(agreement, 110, initial_indent="  ", subsequent_indent="      ")
     return "\n".join(lines)
+
+
+def probe_text(report: ProbeReport) -> str:
+    """`bench probe`'s answer in text: each budget's `describe_probe`, with the estimator's measured agreement."""
+    from bench.memory.validate import agreement_text
+
+    return "\n\n".join(describe_probe(report.config, answer.budget, answer.result, agreement_text(answer.agreement))
+                       for answer in report.answers)
 
 
 def distinct_decimals(nbytes: list[float], fewest: int = 2, most: int = 9) -> int:

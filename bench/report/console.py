@@ -108,6 +108,12 @@ class Steps:
         else:
             self._progress.console.print(text, markup=False, highlight=False)
 
+    def expect(self, more: int) -> None:
+        """`more` steps to come, beyond those counted so far (a total learnt as the work is found)."""
+        if self._progress is not None:
+            (task,) = [task for task in self._progress.tasks if task.id == self._task]
+            self._progress.update(self._task, total=(task.total or 0) + more)
+
     def advance(self, description: str = "") -> None:
         if self._progress is not None:
             self._progress.update(self._task, advance=1, **({"description": description} if description else {}))

@@ -162,6 +162,41 @@ def predict_grid(grid: Grid, results_root: Path, gpus: tuple[str, ...] | None = 
     return runs.path
 
 
+ACCUMULATION_COLUMNS = ("gpu", "model", "image_size", "precision", "checkpointing", "optimizer", "variant",
+                        "effective_batch", "large_split", "accumulated_split", "large_samples_per_s",
+                        "accumulated_samples_per_s", "throughput_lost_pct", "accumulated_bound")
+"""accumulation.csv, the table of `accumulation_loss`; `variant` only where its lines differ in an axis beyond the
+named ones."""
+
+
+@dataclass(frozen=True)
+class GridPrediction:
+    """A grid predicted: where its rows went and the throughput its accumulated splits lose (accumulation.csv;
+    None and an empty table when no configuration has two splits to compare)."""
+
+    grid: Grid
+    runs_file: Path
+    accumulation_file: Path | None
+    accumulation: tuple[dict, ...]
+
+
+def predict_grid_files(grid: Grid, results_root: Path, gpus: tuple[str, ...] | None = None,
+                       on_row: Callable[[dict], None] | None = None) -> GridPrediction:
+    """`predict_grid`, then the accumulation table of its rows beside them (an earlier grid's table is removed
+    where this one has none: it would mislead)."""
+    from bench.frames import write_csv
+    from bench.results.read import read_runs, records
+
+    path = predict_grid(grid, results_root, gpus, on_row)
+    table = accumulation_loss(records(read_runs(path, PREDICTED_COLUMNS)))
+    written = path.parent / "accumulation.csv"
+    if not table:
+        written.unlink(missing_ok=True)
+        return GridPrediction(grid, path, None, ())
+    write_csv(table, written, [c for c in ACCUMULATION_COLUMNS if c != "variant" or any(c in r for r in table)])
+    return GridPrediction(grid, path, written, tuple(table))
+
+
 def describe_prediction(row: dict) -> str:
     """One console line per predicted row."""
     if row["status"] != "predicted":
