@@ -627,21 +627,29 @@ def test_claims_in_json_reads_and_writes_nothing(tmp_path, capsys):
 def test_a_model_that_refuses_the_input_is_one_line_naming_model_input_and_exception(work, capsys):
     """A size below a ViT's patch is refused by its bound, naming the option; a model that passes the bounds and
     still refuses the input (a stem larger than the image, a backbone that returns features) is one line naming
-    the model, the input tried and the exception."""
-    for command in (["probe", "test_vit", "--gpu", "H200"], ["plan", "test_vit", "--effective-batch", "8"]):
-        refused([*command, "--image-size", "4"], work, capsys, names="--image-size 4: not allowed for test_vit, its "
-                                                                     "patch is 16: a side below one patch has no patch")
+    the model, the input tried and the exception (`bench plan`'s refusals: the next test)."""
+    refused(["probe", "test_vit", "--gpu", "H200", "--image-size", "4"], work, capsys,
+            names="--image-size 4: not allowed for test_vit, its patch is 16: a side below one patch has no patch")
     refused(["probe", "test_vit", "--gpu", "H200", "--checkpointing", "last-7"], work, capsys,
             names="--checkpointing last-7: not allowed for test_vit, it has 6 blocks")
     assert main(["probe", "test_convnext", "--image-size", "2", "--gpu", "H200", "--format", "json"]) == 2
     answer = json.loads(capsys.readouterr().out)
     assert answer["key"] == "MODEL" and "test_convnext" in answer["error"], answer
     assert "2x3x2x2" in answer["error"] and "Kernel size" in answer["error"], answer  # the input tried, the exception
-    for command in (["probe", "test_resnet", "--gpu", "H200"], ["plan", "test_resnet", "--effective-batch", "8"]):
-        refused([*command, "--model-kwargs", '{"features_only": true}'], work, capsys,
-                names="not an image classifier for this input")
+    refused(["probe", "test_resnet", "--gpu", "H200", "--model-kwargs", '{"features_only": true}'], work, capsys,
+            names="not an image classifier for this input")
     grid = work / "tiny.toml"  # in a grid file the same size is refused when the grid is validated (its key named)
     grid.write_text(SMOKE.read_text().replace('model = ["test_vit", "test_resnet"]', 'model = ["test_vit"]')
                     .replace("image_size = [32]", "image_size = [4]"))
     refused(["estimate", str(grid), "--profile", "cpu", "--results", str(work / "estimates")], work, capsys,
             names="grid.image_size[0]: 4 is not allowed for test_vit, its patch is 16")
+
+
+@pytest.mark.slow  # a cold plan checks the model in the fork server's child its traces then fork from
+def test_a_plan_refuses_a_model_its_child_process_checked_in_one_line(work, capsys):
+    """A cold plan checks the model in a child process (the parent then never imports torch): a size below a ViT's
+    patch, or a model that is not a classifier, is still one line naming the option or the model, exit 2."""
+    refused(["plan", "test_vit", "--effective-batch", "8", "--image-size", "4"], work, capsys,
+            names="--image-size 4: not allowed for test_vit, its patch is 16: a side below one patch has no patch")
+    refused(["plan", "test_resnet", "--effective-batch", "8", "--model-kwargs", '{"features_only": true}'], work,
+            capsys, names="not an image classifier for this input")

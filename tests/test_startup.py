@@ -125,5 +125,6 @@ def test_a_warm_plan_or_probe_answers_from_the_cache_without_torch(args, tmp_pat
         return json.loads(done.stdout.splitlines()[-1])
 
     cold, warm = answer(), answer()
-    assert cold["code"] == warm["code"] == 0 and cold["loaded"]  # the first answer traced
+    # The first answer traced (a cold plan traces in child processes: its own process may load no torch either).
+    assert cold["code"] == warm["code"] == 0 and any((tmp_path / "cache" / "traces").iterdir())
     assert warm["loaded"] == [], f"loaded by a warm {args[0]}: {warm['loaded']}"

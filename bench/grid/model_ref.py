@@ -279,6 +279,9 @@ def timm_model_problem(name: str) -> str | None:
         return f"{shown(name)} is not a model name; allowed: {MODEL_CHARACTERS}"
     if name.endswith("."):  # timm reads `test_vit.` as test_vit with an empty tag: the same model under two names
         return f"{shown(name)} ends with a dot and no pretrained tag after it; name the model without the dot"
+    if "/" in name:  # timm takes it for a hub repo or a folder and refuses it, once it has been imported
+        return (f"{shown(name)} is not a timm model: a timm name holds no /; a model from the Hugging Face Hub is "
+                "hf-hub:ORG/NAME")
     names = timm_model_names()
     if name.split(".", 1)[0] in names:
         return None
@@ -287,14 +290,34 @@ def timm_model_problem(name: str) -> str | None:
     return f"{name!r} is not a timm model; {hint}"
 
 
+SHIPPED_TIMM_NAMES = Path(__file__).resolve().parents[1] / "data" / "timm_models.json"
+"""timm.list_models() of the pinned timm, with its version (written by scripts/timm_model_names.py)."""
+
+
+def shipped_timm_names() -> frozenset[str] | None:
+    """The shipped list, when the installed timm is the version it was taken from (None otherwise)."""
+    from importlib import metadata
+
+    try:
+        document = json.loads(SHIPPED_TIMM_NAMES.read_text(encoding="utf-8"))
+        installed = metadata.version("timm")
+    except (OSError, ValueError, metadata.PackageNotFoundError):
+        return None
+    return frozenset(document["names"]) if document.get("timm") == installed else None
+
+
 def timm_model_names() -> frozenset[str]:
-    """timm's registered architectures. Kept in the cache per timm version, so a command validates its model
-    names without importing timm (and torch); read live when timm is already imported, which also sees
-    models registered in this process."""
+    """timm's registered architectures, so a command validates its model names without importing timm (and torch):
+    the list shipped for the pinned timm (`SHIPPED_TIMM_NAMES`) when that version is installed, else the cache's
+    for the installed version; read live when timm is already imported, which also sees models registered in this
+    process."""
     from bench.cache import DiskCache
 
     if "timm" in sys.modules:
         return frozenset(sys.modules["timm"].list_models())
+    shipped = shipped_timm_names()
+    if shipped is not None:
+        return shipped
     store = DiskCache("timm-models", sources=(), check=lambda names: None if isinstance(names, list) and all(
         isinstance(name, str) for name in names) else "not a list of model names")
     cached = store.get({})

@@ -22,6 +22,7 @@ from bench.planner.search import (
     PlanPrediction,
     Progress,
     plan_predictions,
+    check_before_tracing,
 )
 from bench.results.keys import configuration_key
 from bench.speed.params import load_model_file
@@ -75,10 +76,6 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
     Predicting without a size or a GPU row, the plan answers at 224 px. `check_cell` checks the model on the
     candidates' cell before any trace (default: that it is an image classifier for its input; `bench plan`
     adds the model's bounds, naming its options). `on_text` gets the predictor's progress, then what it did."""
-    from bench.train.model_build import (
-        check_classifier,  # builds the model: only when predicting
-    )
-
     measured_gpu = any(row.model == model and not row.on_cpu for row in rows)
     predicting = predict == "always" or (predict == "auto" and not measured_gpu)
     if image_size is None and predicting and not measured_gpu:
@@ -94,11 +91,7 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
                                 optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}),
                                 gpu_counts={gpu: tuple(sorted({i.gpu_count for i in instances if i.gpu == gpu}))
                                             for gpu in {instance.gpu for instance in instances}})
-    probe_cell = candidates.cell(1, "fp32", "off")
-    if check_cell:
-        check_cell(probe_cell)
-    else:
-        check_classifier(ModelSpec.of(probe_cell))  # one line when it is not a classifier
+    check_before_tracing(candidates, check_cell or _check_classifier, candidates.cell(1, "fp32", "off"))
     progress = Progress()
     with refused_step(model, f"{size} px"):
         predicted = [predicted_row(option) for option in plan_predictions(candidates, on_text, progress)]
@@ -111,6 +104,14 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
                 + (f" (not predicted: {refused})" if refused else ""))
         on_text(MEMORY_METHOD)
     return found
+
+
+def _check_classifier(cell: Cell) -> None:
+    """The default check: one line when the model is not an image classifier for its input (module-level, so a child
+    process can run it)."""
+    from bench.train.model_build import check_classifier  # builds the model: only when predicting
+
+    check_classifier(ModelSpec.of(cell))
 
 
 def predicted_row(option: PlanPrediction) -> MeasuredRow:

@@ -216,10 +216,7 @@ def plan_predictions(request: PlanCandidates, on_trace: Callable[[str], None] | 
     progress = progress or Progress()
     models = FakeModels()
     predictions = []
-    traced_precisions = sorted({"bf16" if p == "fp16" else p for p in request.precisions},
-                               key=("bf16", "tf32", "fp32").index)
-    configurations = [(precision, checkpointing) for checkpointing in request.checkpointing
-                      for precision in traced_precisions]
+    configurations = _configurations(request)
     began = time.monotonic()
     apart = _trace_apart(request, configurations)
     progress.seconds += time.monotonic() - began
@@ -259,6 +256,54 @@ def _configuration_predictions(request: PlanCandidates, traced_precision: str, c
     return predictions, traced
 
 
+TRACING_CHILD_PRELOAD = ("bench.memory.estimate", "bench.train.models", __name__)
+"""Imported by the fork server the side-by-side traces fork from (torch, timm, this module and what it reads with:
+pandas), once for all of them."""
+
+
+def _configurations(request: PlanCandidates) -> list[tuple[str, str]]:
+    """The (traced precision, checkpointing) pairs the plan traces: fp16 is traced as bf16 (predicted alike)."""
+    traced_precisions = sorted({"bf16" if p == "fp16" else p for p in request.precisions},
+                               key=("bf16", "tf32", "fp32").index)
+    return [(precision, checkpointing) for checkpointing in request.checkpointing for precision in traced_precisions]
+
+
+def _to_trace_apart(request: PlanCandidates, configurations: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The configurations `_trace_apart` traces in child processes: those whose line is not in the disk cache, where
+    at least two are, this machine has two cores and the cache is on (else none)."""
+    from bench.cache import enabled
+    from bench.memory.traces import is_stored
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    todo = [(precision, checkpointing) for precision, checkpointing in configurations
+            if not all(is_stored(request.cell(m, precision, checkpointing), "cuda") for m in TRACED_MICRO_BATCHES)]
+    return todo if len(todo) >= 2 and cores >= 2 and enabled() else []
+
+
+def check_before_tracing(request: PlanCandidates, check: Callable[[Cell], None], cell: Cell) -> None:
+    """`check(cell)`, the model's check before any trace. Where the plan will trace side by side, it runs first in a
+    child of the fork server the traces fork from (started here, importing torch and timm once for all of them), and
+    its answer lands in the disk cache: this process then checks from the cache and never imports torch (it reads the
+    children's traces from the cache too). A refusal in the child is raised here as it was raised there."""
+    from bench.cache import cache_dir
+    from bench.isolation import call_in_child, preload_in_children
+
+    if _to_trace_apart(request, _configurations(request)):
+        for module in TRACING_CHILD_PRELOAD:
+            preload_in_children(module)
+        call_in_child(_check_in_child, check, cell, str(cache_dir()))
+    check(cell)
+
+
+def _check_in_child(check: Callable[[Cell], None], cell: Cell, cache_root: str) -> None:
+    """In a child process: the check, storing what it learns under the parent's cache folder (the fork server's
+    environment is the one it started with)."""
+    from bench.cache import CACHE_ENV
+
+    os.environ[CACHE_ENV] = cache_root
+    check(cell)
+
+
 def _trace_apart(request: PlanCandidates,
                  configurations: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, float]]:
     """Trace the configurations whose line is not in the disk cache side by side, one child process each (as many at
@@ -267,14 +312,12 @@ def _trace_apart(request: PlanCandidates,
     configuration to this process, which reports the failure as it would have."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from bench.cache import cache_dir, enabled
+    from bench.cache import cache_dir
     from bench.isolation import SIGNAL_CHECK_S, fork_server
-    from bench.memory.traces import is_stored
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    todo = [(precision, checkpointing) for precision, checkpointing in configurations
-            if not all(is_stored(request.cell(m, precision, checkpointing), "cuda") for m in TRACED_MICRO_BATCHES)]
-    if len(todo) < 2 or cores < 2 or not enabled():
+    todo = _to_trace_apart(request, configurations)
+    if not todo:
         return {}
     done: dict[tuple[str, str], tuple[int, float]] = {}
     pool = ProcessPoolExecutor(max_workers=min(len(todo), cores), mp_context=fork_server())
