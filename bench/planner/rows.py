@@ -21,8 +21,8 @@ from bench.planner.search import (
     PlanCandidates,
     PlanPrediction,
     Progress,
-    plan_predictions,
     check_before_tracing,
+    plan_predictions,
 )
 from bench.results.keys import configuration_key
 from bench.speed.params import load_model_file
