@@ -20,7 +20,7 @@ constraints: install
 	$(BIN)/pip-compile --quiet --extra dev --extra slurm --extra cloud --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file constraints.txt pyproject.toml
 
-# Every test, doctests included; test-fast (52 s on 2 cores here, on pytest-xdist's workers; the goal is 60 s) leaves out those marked slow: they start
+# Every test, doctests included; test-fast (48 s on 2 cores here, on pytest-xdist's workers; the goal is 60 s) leaves out those marked slow: they start
 # a process, or take more than about 1.5 s (@pytest.mark.slow on the test itself; tests/conftest.py refuses a
 # process in an unmarked test). The full suite stays on one worker: on two (-n 2) it took 784 s against 846 s, its
 # tail being a few long process-starting tests, and its load-sensitive checks would share the cores.
