@@ -249,3 +249,19 @@ def test_results_folders_may_follow_the_options_as_well_as_precede_them():
     assert [str(p) for p in cost.folders] == ["results/a", "results/b"] and cost.epochs == 2
     with pytest.raises(OptionError, match="unrecognized arguments: results/b --bogus"):
         parse(["plan", "resnet50", "--effective-batch", "1024", "results/b", "--bogus"])
+
+
+@pytest.mark.slow  # the `bench` command itself, in a process
+def test_a_command_that_loaded_torch_exits_at_once_with_its_whole_answer_and_its_code(tmp_path):
+    """Once torch is loaded the command skips the interpreter's teardown (most of a second): its answer must still be
+    whole on a pipe, and its exit code kept (1: nothing fits)."""
+    import subprocess
+
+    env = {**os.environ, "BENCH_CACHE_DIR": str(tmp_path)}
+    for budget, code in zip((("--gpu", "L4"), ("--memory-gib", "0.0001")), (0, 1)):
+        done = subprocess.run([sys.executable, "-m", "bench", "probe", "test_resnet", "--image-size", "32",
+                               "--format", "json", *budget], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == code, done.stderr[-2000:]
+        answer = json.loads(done.stdout)  # the whole document, flushed before the exit
+        assert (answer["predicted"]["largest_micro_batch"] > 0) == (code == 0)
