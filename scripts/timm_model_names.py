@@ -1,4 +1,5 @@
-"""Write bench/data/timm_models.json: the installed timm's registered architectures, with its version.
+"""Write bench/data/timm_models.json: the installed timm's registered architectures and deprecated names (each with
+what timm builds for it), with its version.
 
 `bench` validates a model name against this list when the installed timm is that version, so a command on an empty
 cache checks a name without importing timm (and torch): rerun this after changing timm's pin in constraints.txt
@@ -17,9 +18,13 @@ from bench.grid.model_ref import SHIPPED_TIMM_NAMES
 
 def main() -> int:
     names = timm.list_models()
-    document = {"timm": timm.__version__, "source": f"timm.list_models() of timm {timm.__version__}", "names": names}
+    deprecated = dict(sorted(timm.models.get_deprecated_models().items()))
+    document = {"timm": timm.__version__,
+                "source": f"timm.list_models() and timm.models.get_deprecated_models() of timm {timm.__version__}",
+                "names": names, "deprecated": deprecated}
     SHIPPED_TIMM_NAMES.write_text(json.dumps(document, indent=0) + "\n")
-    print(f"{len(names)} architectures of timm {timm.__version__} -> {SHIPPED_TIMM_NAMES}")
+    print(f"{len(names)} architectures and {len(deprecated)} deprecated names of timm {timm.__version__} -> "
+          f"{SHIPPED_TIMM_NAMES}")
     return 0
 
 

@@ -192,8 +192,8 @@ def test_measure_runs_one_cell_of_a_file_model_and_appends_its_row(tmp_path):
 @pytest.mark.slow  # a process: what a fresh command imports
 def test_the_shipped_timm_names_are_the_pinned_timms_and_name_checks_read_them_without_timm(tmp_path):
     """bench/data/timm_models.json lets a command on an empty cache check a model's name without importing timm and
-    torch (3 s): it must be the list of the timm constraints.txt pins (rerun scripts/timm_model_names.py after a new
-    pin), and a check must read it."""
+    torch (3 s): it must hold the names and deprecated names of the timm constraints.txt pins (rerun
+    scripts/timm_model_names.py after a new pin), and a check must read it."""
     import os
     import re
     import subprocess
@@ -206,9 +206,13 @@ def test_the_shipped_timm_names_are_the_pinned_timms_and_name_checks_read_them_w
     pinned = re.search(r"^timm==(\S+)$", (REPO / "constraints.txt").read_text(), re.M).group(1)
     shipped = json.loads(SHIPPED_TIMM_NAMES.read_text())
     assert shipped["timm"] == pinned == timm.__version__ and shipped["names"] == timm.list_models()
+    assert shipped["deprecated"] == timm.models.get_deprecated_models()
     script = ("import sys; from bench.grid.model_ref import model_problem; "
-              "print(model_problem('resnet50'), model_problem('resnet-50'), 'timm' in sys.modules)")
+              "print(model_problem('resnet50'), model_problem('resnet-50'), 'timm' in sys.modules); "
+              "print(model_problem('ig_resnext101_32x16d'))")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "BENCH_CACHE_DIR": str(tmp_path)})  # an empty cache
-    assert done.stdout.split("\n")[0].startswith("None 'resnet-50' is not a timm model; did you mean resnet50")
-    assert done.stdout.strip().endswith("False"), done.stdout + done.stderr
+    first, deprecated = done.stdout.splitlines()
+    assert first.startswith("None 'resnet-50' is not a timm model; did you mean resnet50") and first.endswith("False")
+    # a deprecated name says what timm would build instead (here another network: 32x8d, not 32x16d)
+    assert "deprecated: it now builds resnext101_32x8d.fb_wsl_ig1b_ft_in1k; name the architecture" in deprecated

@@ -285,17 +285,35 @@ def timm_model_problem(name: str) -> str | None:
     names = timm_model_names()
     if name.split(".", 1)[0] in names:
         return None
+    current = timm_deprecated_names().get(name)
+    if current:  # timm maps it to another name, sometimes another network (ig_resnext101_32x16d -> 32x8d)
+        return (f"{name!r} is a name timm has deprecated: it now builds {current}; name the architecture, "
+                f"{current.split('.', 1)[0]} (weights are never loaded here)")
     close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
     return f"{name!r} is not a timm model; {hint}"
 
 
 SHIPPED_TIMM_NAMES = Path(__file__).resolve().parents[1] / "data" / "timm_models.json"
-"""timm.list_models() of the pinned timm, with its version (written by scripts/timm_model_names.py)."""
+"""timm.list_models() and its deprecated names of the pinned timm, with its version (scripts/timm_model_names.py)."""
 
 
 def shipped_timm_names() -> frozenset[str] | None:
     """The shipped list, when the installed timm is the version it was taken from (None otherwise)."""
+    document = _shipped_timm_document()
+    return None if document is None else frozenset(document["names"])
+
+
+def timm_deprecated_names() -> dict[str, str]:
+    """timm's deprecated names and what it builds for each (`timm.models.get_deprecated_models`): read live when timm
+    is imported, else shipped for the pinned timm; empty for another timm not yet imported."""
+    if "timm" in sys.modules:
+        return dict(sys.modules["timm"].models.get_deprecated_models())
+    document = _shipped_timm_document()
+    return {} if document is None else dict(document["deprecated"])
+
+
+def _shipped_timm_document() -> dict | None:
     from importlib import metadata
 
     try:
@@ -303,7 +321,7 @@ def shipped_timm_names() -> frozenset[str] | None:
         installed = metadata.version("timm")
     except (OSError, ValueError, metadata.PackageNotFoundError):
         return None
-    return frozenset(document["names"]) if document.get("timm") == installed else None
+    return document if document.get("timm") == installed else None
 
 
 def timm_model_names() -> frozenset[str]:
