@@ -199,7 +199,9 @@ def probe_report(model: str, *, gpus: Iterable[str] = (), memory_gib: float | No
     budgets = [probe_budget(gpu=gpu, memory_gib=memory_gib, memory_limit_gib=memory_limit_gib, device=device,
                             **chosen) for gpu in list(gpus) or [None]]  # a bad choice refused before any trace
     config = ProbeConfig.of(model, accum_steps, **axes)
-    (check_cell or _check_classifier)(config.base)
+    if check_cell is None:
+        from bench.train.model_build import check_cell_classifier as check_cell
+    check_cell(config.base)
     return probe_budgets(config, budgets, memory_limit_gib=memory_limit_gib, timeout_s=timeout_s,
                          on_trial=on_trial, on_text=on_text)
 
@@ -347,14 +349,6 @@ def _compare_side(path: Path):
     rows = records(read_runs(runs, schema.columns))
     entries = entries_from_rows(rows, schema.kind)
     return entries, len(rows) - len(entries)
-
-
-def _check_classifier(cell: Cell) -> None:
-    """The model built once on the meta device: one line when it is not an image classifier for its input."""
-    from bench.grid.model_ref import ModelSpec
-    from bench.train.model_build import check_classifier
-
-    check_classifier(ModelSpec.of(cell))
 
 
 def _assumptions(scaling_efficiency: float | None, headroom: float | None, allow_cpu_projection: bool):

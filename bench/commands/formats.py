@@ -157,12 +157,10 @@ def grid_document(grid) -> dict[str, Any]:
 def estimate_document(found) -> dict[str, Any]:
     """`bench estimate`, one grid (a `bench.memory.estimate_grid.GridEstimate`): its file, rows, where they went,
     the chart, and per model the estimator's measured agreement with public fit/OOM rows."""
-    from dataclasses import asdict
-
     grid = found.grid
     return {"name": grid.name, "file": grid.path, "profile": grid.profile, "runs_file": found.runs_file,
             "chart": found.chart, "rows": list(found.rows),
-            "estimator_agreement": {model: None if measured is None else {**asdict(measured), "text": measured.describe()}
+            "estimator_agreement": {model: measured and measured.document()
                                     for model, measured in found.agreements.items()}}
 
 
@@ -172,8 +170,6 @@ def probe_document(report, model_sources: str | None = None) -> dict[str, Any]:
     its predicted peaks (whole bytes), the estimator's measured agreement with public fit/OOM rows at the budget's
     headroom and, after trials, the device's: a `bench.memory.probe.ProbeReport`, as `probe_text` says it. The
     first answer is also given at the top level."""
-    from dataclasses import asdict
-
     from bench.units import GIB
 
     def whole(nbytes: float | None) -> int | None:
@@ -192,8 +188,7 @@ def probe_document(report, model_sources: str | None = None) -> dict[str, Any]:
                 "predicted": search(result.predicted),
                 "predicted_peak_bytes": whole(result.peak_at(largest)),
                 "predicted_peak_above_bytes": whole(result.peak_at(largest + 1)),
-                "estimator_agreement": None if agreement is None else
-                {**asdict(agreement), "text": agreement.describe()},
+                "estimator_agreement": agreement and agreement.document(),
                 "traced_steps": result.traced_steps,
                 "found": search(result.found), "doubling_trials": result.doubling_trials}
 

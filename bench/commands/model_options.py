@@ -16,7 +16,6 @@ from bench.grid.cell import axes
 from bench.grid.model_ref import (
     DEFAULT_NUM_CLASSES,
     HubDefaults,
-    ModelSpec,
     hub_defaults,
     model_problem,
     parse_model_kwargs,
@@ -122,7 +121,7 @@ def check_built(cell: Any) -> None:
     and what is allowed), then built and run once on the meta device: one line (ModelRefError) when it is not an
     image classifier for its input. Loads torch."""
     from bench.train.model_bounds import problem
-    from bench.train.model_build import check_classifier
+    from bench.train.model_build import check_cell_classifier
 
     found = problem(cell)
     if found:
@@ -130,7 +129,7 @@ def check_built(cell: Any) -> None:
         sized = "--input-size" if cell.image_width or cell.in_chans != 3 else "--image-size"
         option = {"checkpointing": "--checkpointing"}.get(axis, sized)
         raise OptionError(f"{option} {value}: not allowed for {cell.model}, {problem}")
-    check_classifier(ModelSpec.of(cell))
+    check_cell_classifier(cell)
 
 
 def _kwargs(text: str) -> str:

@@ -14,6 +14,7 @@ there after the installed packages.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -313,6 +314,7 @@ def timm_deprecated_names() -> dict[str, str]:
     return {} if document is None else dict(document["deprecated"])
 
 
+@functools.cache  # read once a process: a name check asks it for the names and the deprecated ones
 def _shipped_timm_document() -> dict | None:
     from importlib import metadata
 

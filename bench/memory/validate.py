@@ -15,7 +15,7 @@ import csv
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -280,6 +280,10 @@ class Agreement:
     family_rows: int = 0
     """Reference rows of that family judged (0: the family has no public row)."""
     family_both_right_pct: float | None = None
+
+    def document(self) -> dict:
+        """Every field and the sentence of `describe`: the `estimator_agreement` of each JSON answer."""
+        return {**asdict(self), "text": self.describe()}
 
     def describe(self) -> str:
         """`estimator vs public fit/OOM rows: both sides right on 95.3 % of 258 timm RTX 3090 rows ...`, then the

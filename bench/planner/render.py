@@ -135,4 +135,4 @@ def plan_record(plan: Plan, top: int) -> dict[str, Any]:
                                                                                      option.variant))))}
                         for frame_row, option in zip(plan.frame_rows()[:top], plan.options)],
             "reason": plan.reason,
-            "estimator_agreement": None if agreement is None else {**asdict(agreement), "text": agreement.describe()}}
+            "estimator_agreement": agreement and agreement.document()}

@@ -12,7 +12,6 @@ from bench.cost.catalog import Instance
 from bench.cost.price import MeasuredRow, ProjectionErrors
 from bench.errors import refused_step
 from bench.grid.cell import Cell
-from bench.grid.model_ref import ModelSpec
 from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM
 from bench.planner.search import (
@@ -91,7 +90,9 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
                                 optimizer=optimizer, headroom=headroom, model_options=dict(model_options or {}),
                                 gpu_counts={gpu: tuple(sorted({i.gpu_count for i in instances if i.gpu == gpu}))
                                             for gpu in {instance.gpu for instance in instances}})
-    check_before_tracing(candidates, check_cell or _check_classifier, candidates.cell(1, "fp32", "off"))
+    if check_cell is None:
+        from bench.train.model_build import check_cell_classifier as check_cell  # builds the model: only when predicting
+    check_before_tracing(candidates, check_cell, candidates.cell(1, "fp32", "off"))
     progress = Progress()
     with refused_step(model, f"{size} px"):
         predicted = [predicted_row(option) for option in plan_predictions(candidates, on_text, progress)]
@@ -104,14 +105,6 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
                 + (f" (not predicted: {refused})" if refused else ""))
         on_text(MEMORY_METHOD)
     return found
-
-
-def _check_classifier(cell: Cell) -> None:
-    """The default check: one line when the model is not an image classifier for its input (module-level, so a child
-    process can run it)."""
-    from bench.train.model_build import check_classifier  # builds the model: only when predicting
-
-    check_classifier(ModelSpec.of(cell))
 
 
 def predicted_row(option: PlanPrediction) -> MeasuredRow:

@@ -23,6 +23,8 @@ from bench.grid.model_ref import ModelSpec, cwd_importable, hub_local_dir, kind_
 if TYPE_CHECKING:
     import torch
 
+    from bench.grid.cell import Cell
+
 _CHECK_BATCH = 2  # BatchNorm in training mode needs more than one sample
 
 
@@ -51,6 +53,11 @@ def check_classifier(spec: ModelSpec) -> None:
         return
     _check_on_meta(spec)
     _PASSED.put(key, True)
+
+
+def check_cell_classifier(cell: Cell) -> None:
+    """`check_classifier` of the cell's model and input (module-level: a child process can run it)."""
+    check_classifier(ModelSpec.of(cell))
 
 
 def _check_on_meta(spec: ModelSpec) -> None:
