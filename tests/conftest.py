@@ -23,6 +23,23 @@ CPU_ROWS = REPO / "tests" / "data" / "cpu_rows" / "runs.csv"
 CPU_TAG = "cpu-rows"  # the device folder tests copy CPU_ROWS under (results/<study>/<device>/runs.csv)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _the_suites_own_cache_folder(request, tmp_path_factory):
+    """The suite's own cache folder (timm's names, traces, this machine's quiet CPU peaks), shared with every process
+    a test starts: the user's cache answers no test, and no test writes into it. It lives in pytest's cache
+    (`.pytest_cache/`, which git ignores), so the next run starts warm, as a developer's commands do; a fresh clone
+    starts cold. Entries are keyed by what they depend on (bench.cache). A test about the cache sets its own."""
+    saved = os.environ.get("BENCH_CACHE_DIR")
+    cache = getattr(request.config, "cache", None)  # None under `-p no:cacheprovider`: this session's own then
+    folder = cache.mkdir("bench-cache") if cache is not None else tmp_path_factory.mktemp("cache")
+    os.environ["BENCH_CACHE_DIR"] = str(folder)
+    yield
+    if saved is None:
+        os.environ.pop("BENCH_CACHE_DIR", None)
+    else:
+        os.environ["BENCH_CACHE_DIR"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _processes_only_in_slow_tests(request, monkeypatch):
     """A test that starts a process (a cell, torchrun, the `bench` command) must be marked `slow`,

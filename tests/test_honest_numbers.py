@@ -106,22 +106,35 @@ def test_a_report_and_the_run_summary_never_hide_a_noisy_row(tmp_path):
 # --- one peak per device ------------------------------------------------------------------------
 
 def test_two_folders_of_one_device_divide_by_the_same_stored_peak(tmp_path, monkeypatch):
-    measured = []
+    measured, load = [], {"cores": 0.0}
 
     def fake_matmul_peak(precision, device, size, min_time_s):
         measured.append(precision)
         return 1e11 + len(measured), size  # a different figure every time it is measured
 
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))  # this machine's peaks across results roots
     monkeypatch.setattr(bench.measure.peak, "measure_matmul_peak", fake_matmul_peak)
     # a quiet machine, whatever else runs beside the tests: a peak measured under load is measured again
     monkeypatch.setattr(bench.measure.peak, "wait_for_quiet", lambda threads, wait_s: (0.0, 0.0))
-    monkeypatch.setattr(bench.measure.peak, "foreign_load_cores", lambda before, after: 0.0)
-    first = ensure_peak(CPU, "fp32", tmp_path)  # the first cell on this device measures and stores it
-    again = ensure_peak(CPU, "fp32", tmp_path)  # every later folder reads it
+    monkeypatch.setattr(bench.measure.peak, "foreign_load_cores", lambda before, after: load["cores"])
+    first = ensure_peak(CPU, "fp32", tmp_path / "a")  # the first cell on this device measures and stores it
+    again = ensure_peak(CPU, "fp32", tmp_path / "a")  # every later folder reads it
     assert first == again and len(measured) == bench.measure.peak.CPU_ROUNDS
     assert "peaks/cpu-some/peaks.csv" in first.source and first.source.startswith("measured 20")
-    other_threads = ensure_peak(replace(CPU, threads=1), "fp32", tmp_path)
+    # Another results root on the machine copies the row, measured as it was, into its own file: no new measurement.
+    elsewhere = ensure_peak(CPU, "fp32", tmp_path / "b")
+    assert elsewhere == first and len(measured) == bench.measure.peak.CPU_ROUNDS
+    assert (tmp_path / "b" / "peaks" / "cpu-some" / "peaks.csv").read_text() == \
+        (tmp_path / "a" / "peaks" / "cpu-some" / "peaks.csv").read_text()
+    other_threads = ensure_peak(replace(CPU, threads=1), "fp32", tmp_path / "a")
     assert other_threads.flops_per_s != first.flops_per_s  # a peak belongs to a thread count too
+    # A peak measured under load stays in its own root: the next root measures its own.
+    load["cores"] = 1.5
+    loaded = ensure_peak(CPU, "bf16", tmp_path / "a")
+    assert "foreign load 1.5 cores" in loaded.source
+    count = len(measured)
+    ensure_peak(CPU, "bf16", tmp_path / "c")
+    assert len(measured) == count + bench.measure.peak.CPU_ROUNDS
 
 
 def test_a_gpu_peak_is_the_datasheet_and_stores_nothing(tmp_path):

@@ -175,6 +175,7 @@ def test_without_require_quiet_a_loaded_row_is_kept_and_flagged(monkeypatch):
 def test_a_stored_peak_measured_under_load_is_measured_again(monkeypatch, tmp_path):
     device = cpu_device(ZEN5)
     readings = iter([1.5, 0.01])  # the first measurement shares the machine, the second has it alone
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(peak, "wait_for_quiet", lambda threads, wait_s: (0.0, None))
     monkeypatch.setattr(peak, "foreign_load_cores", lambda before, after: next(readings))
     monkeypatch.setattr(peak, "measure_matmul_peak", lambda *args: (1e11, 64))

@@ -5,6 +5,9 @@ rounds of a large matmul per precision, once per device and thread count, and st
 date and the foreign load it was measured under in `<results>/peaks/<device-tag>/peaks.csv`. Every
 results folder measured on that device then divides by the same number; a stored peak measured under
 load (or before the load was recorded) is measured again; `bench peak --measure` re-measures it, on purpose.
+A peak measured quiet is also kept in the user's cache folder (`bench.cache`, keyed by the device, its threads,
+the torch version and this module's source), so a new results root on the same machine copies that row into its
+own `peaks.csv` instead of measuring again (5 s a precision, after a wait of up to 2 minutes for a quiet machine).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from bench.cache import DiskCache
 from bench.measure.device import DeviceInfo
 from bench.measure.hardware import PEAK_COLUMN, find_gpu
 from bench.measure.host import foreign_load_cores, loaded, read_load, wait_for_quiet
@@ -61,7 +65,7 @@ def ensure_peak(device: DeviceInfo, precision: str, results_root: Path) -> PeakF
         if value is None:
             return PeakFlops(None, f"{spec.gpu} datasheet has no {precision} peak, no MFU")
         return PeakFlops(value, f"datasheet: {spec.gpu} {PEAK_COLUMN[precision]} ({spec.source})")
-    stored = stored_peak(device, precision, results_root)
+    stored = stored_peak(device, precision, results_root) or copy_machine_peak(device, precision, results_root)
     if stored is None:
         stored = store_peaks(device, (precision,), results_root)[precision]
     return PeakFlops(float(stored["flops_per_s"]), describe_stored(stored, peaks_file(device, results_root)))
@@ -80,6 +84,26 @@ def stored_peak(device: DeviceInfo, precision: str, results_root: Path) -> dict 
         if row["precision"] == precision and int(row["threads"]) == device.threads and quiet_peak(row, device):
             return row
     return None
+
+
+MACHINE_PEAKS = DiskCache("cpu_peaks", sources=("measure/peak.py",),
+                          check=lambda row: None if isinstance(row, dict) and set(row) == set(STORED_COLUMNS)
+                          else "not a stored peak row")
+"""This machine's quiet peaks across results roots: a peak belongs to the CPU and its threads, not to a folder."""
+
+
+def _machine_key(device: DeviceInfo, precision: str) -> dict:
+    return {"device_tag": device.tag, "threads": device.threads, "precision": precision}
+
+
+def copy_machine_peak(device: DeviceInfo, precision: str, results_root: Path) -> dict | None:
+    """The peak this machine measured quiet for another results root, written into this root's `peaks.csv` as it
+    was measured (date, load, rounds), or None when there is none."""
+    row = MACHINE_PEAKS.get(_machine_key(device, precision))
+    if row is None or not quiet_peak(row, device):
+        return None
+    _write_peak_rows(peaks_file(device, results_root), device, {precision: row})
+    return row
 
 
 def quiet_peak(row: dict, device: DeviceInfo) -> bool:
@@ -126,6 +150,16 @@ def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: P
                             "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
                             "measured_utc": measured_utc, "torch_version": torch.__version__,
                             "foreign_load_cores": "" if foreign is None else round(foreign, 3)}
+    written = _write_peak_rows(path, device, fresh)
+    for precision, row in written.items():
+        if quiet_peak(row, device):
+            MACHINE_PEAKS.put(_machine_key(device, precision), row)
+    return written
+
+
+def _write_peak_rows(path: Path, device: DeviceInfo, fresh: dict[str, dict]) -> dict[str, dict]:
+    """Replace `path`'s rows for `fresh`'s precisions at the device's thread count with `fresh`'s (atomically);
+    returns them as the file holds them (strings)."""
     lines = path.read_text(encoding="utf-8-sig").splitlines() if path.is_file() else []
     kept = [row for row in csv.DictReader(lines)
             if not (row["precision"] in fresh and int(row["threads"]) == device.threads)]
