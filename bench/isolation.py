@@ -82,6 +82,15 @@ def fork_server() -> multiprocessing.context.BaseContext:
     return context
 
 
+def start_fork_server_early(*modules: str) -> None:
+    """Start the fork server now, importing `modules` besides those registered: for a command that will fork
+    children, called before it imports torch itself, so that the server's imports run beside its own on another core
+    instead of after them (the server would otherwise start at the first child)."""
+    for module in modules:
+        preload_in_children(module)
+    fork_server()
+
+
 def call_in_child(function: Callable[..., Any], *args: Any) -> Any:
     """`function(*args)` in a fresh child process, e.g. to query CUDA without a context here."""
     with ProcessPoolExecutor(max_workers=1, mp_context=fork_server()) as pool:
