@@ -20,7 +20,6 @@ from bench.results.read import read_runs
 from bench.results.schema import ESTIMATE_COLUMNS
 from bench.results.store import RunsFile
 from bench.report.speed_chart import validation_figure
-from bench.units import GIB
 
 
 def _measured_rows(folder: Path) -> pd.DataFrame:

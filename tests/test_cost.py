@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from conftest import CPU_ROWS, REPO, bench_in_process, paragraphs, read_rows
+from conftest import CPU_ROWS, bench_in_process, paragraphs, read_rows
 
 from bench.cost.catalog import COLUMNS as CATALOG_COLUMNS
 from bench.cost.catalog import Instance, load_catalog
