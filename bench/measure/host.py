@@ -171,8 +171,14 @@ def wait_for_quiet(threads: int, max_wait_s: float,
     """Sample the machine until other work leaves `threads` cores free, at most `max_wait_s`.
 
     Returns the seconds waited and the foreign load of the last sample; `on_wait(load)` is called once,
-    when the first sample is busy (the runner says why it pauses).
+    when the first sample is busy (the runner says why it pauses). A wait of 0 s takes no sample (it would
+    wait for nothing, and cost a cell `QUIET_SAMPLE_S`): no load then.
+
+    >>> wait_for_quiet(2, 0.0)
+    (0.0, None)
     """
+    if max_wait_s <= 0:
+        return 0.0, None
     began = time.monotonic()
     told = False
     while True:
