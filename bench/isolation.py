@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.forkserver as forkserver
 import os
+import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -88,7 +89,15 @@ def start_fork_server_early(*modules: str) -> None:
     instead of after them (the server would otherwise start at the first child)."""
     for module in modules:
         preload_in_children(module)
-    fork_server()
+    # The server starts ignoring Ctrl-C (inherited across its exec): Python's forkserver ignores SIGINT only once
+    # its preload is imported, and a Ctrl-C to the process group during those seconds, which now overlap this
+    # process's own start, printed the server's KeyboardInterrupt traceback. Its children are cells, which ignore
+    # Ctrl-C anyway: the runner decides what stops and kills them itself.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        fork_server()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def call_in_child(function: Callable[..., Any], *args: Any) -> Any:
