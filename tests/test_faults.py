@@ -577,25 +577,37 @@ def _wait_for_a_row(results: Path, process: subprocess.Popen, rows_before: int) 
 
 
 @pytest.mark.slow
-def test_random_kills_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path, capfd):
-    """One campaign of several kills (it replaced test_runner's kill-and-resume run as well): no row is lost or
-    doubled, the rows on disk at each kill stay in the file as they were, and Ctrl-C stops a run mid-cell."""
+def test_kills_and_signals_at_random_moments_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path, capfd):
+    """One campaign of kills and signals (it replaced test_runner's kill-and-resume run and test_faults_cli's
+    SIGTERM/SIGINT campaign): no row is lost or doubled, the rows on disk at each stop stay in the file as they were,
+    a SIGTERM or SIGINT stops the run without a traceback and leaves no lock, and Ctrl-C stops a run mid-cell."""
     results = tmp_path / "results"
     chance = random.Random(16)
     kills, on_disk = 0, []
-    # SIGKILL while starting (before any row), between cells (the moment a row lands) and mid-cell (a random
-    # moment after one); then Ctrl-C once, then to the end. Each waits on the runs file, not on a fixed delay.
-    for moment in ("starting", "between cells", "mid-cell"):
-        process = _start(results)
-        if moment == "starting":
-            time.sleep(chance.uniform(0.5, 2))
-        else:
-            _wait_for_a_row(results, process, len(on_disk[-1]) if on_disk else 0)
-            time.sleep(chance.uniform(0.2, 1.5) if moment == "mid-cell" else 0)
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            kills += 1
-        process.wait()
+    # SIGTERM and SIGINT at random moments (starting, loading, measuring: each must leave no lock, so they come
+    # before the kills, whose lock stays until a run takes it over); SIGKILL while starting, between cells (the
+    # moment a row lands) and mid-cell (a random moment after one); then Ctrl-C once mid-cell, then to the end.
+    # Each waits on the runs file or a random delay, not on a fixed one.
+    moments = [*[(sent, "random") for sent in (signal.SIGTERM, signal.SIGINT) * 3],
+               (signal.SIGKILL, "starting"), (signal.SIGKILL, "between cells"), (signal.SIGKILL, "mid-cell")]
+    for sent, moment in moments:
+        log = tmp_path / f"stopped-{len(on_disk)}.err"
+        with log.open("w") as stderr:
+            process = _start(results, stderr)
+            if moment in ("starting", "random"):  # "starting": before any row of this run
+                time.sleep(chance.uniform(0.5, 2) if moment == "starting" else chance.uniform(0.5, 4))
+            else:
+                _wait_for_a_row(results, process, len(on_disk[-1]) if on_disk else 0)
+                time.sleep(chance.uniform(0.2, 1.5) if moment == "mid-cell" else 0)
+            if process.poll() is None:
+                os.killpg(process.pid, sent)
+                kills += 1
+            process.wait(timeout=120)
+            if sent != signal.SIGKILL:
+                _wait_until_gone(process.pid)  # the cell's process might still print
+        if sent != signal.SIGKILL:
+            assert "Traceback" not in log.read_text(), log.read_text()[-2000:]
+            assert not (results / LOCK_NAME).exists()
         on_disk.append(_rows_on_disk(results))
     log = tmp_path / "interrupted.err"
     with log.open("w") as stderr:
@@ -620,9 +632,10 @@ def test_random_kills_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path, 
     lost, doubled = len(expected - set(ids)), len(ids) - len(set(ids))
     assert (lost, doubled) == (0, 0), (kills, [len(kept) for kept in on_disk], ids)
     assert all(rows[:len(kept)] == kept for kept in on_disk)  # finished rows kept as they were
-    assert kills >= 2 and len(on_disk[-1]) >= 1, "the kills came too late or too early to test anything"
+    assert kills >= 5 and len(on_disk[-1]) >= 1, "the kills came too late or too early to test anything"
     (folder,) = {runs.parent for runs in results.glob("smoke/*/runs.csv")}
     assert not list(folder.glob(".runs.csv.*.tmp")) and not list(folder.glob(".preflight-*"))
+    assert {p.name for p in results.iterdir()} <= {"smoke", "peaks"}  # no lock file (peaks: the CPU's, stored once)
 
 
 def _wait_until_gone(group: int, timeout_s: float = 10.0) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -561,28 +560,6 @@ def test_readers_never_see_a_half_row_while_the_writer_appends(tmp_path):
 
 def _command(results: Path, grid: Path = SMOKE) -> list[str]:
     return [sys.executable, "-m", "bench", "run", str(grid), "--results", str(results), "--device", "cpu"]
-
-
-@pytest.mark.slow
-def test_sigterm_and_sigint_at_random_moments_then_a_rerun_measure_every_cell_once(tmp_path):
-    results = tmp_path / "results"
-    chance = random.Random(27)
-    for sent in [signal.SIGTERM] * 5 + [signal.SIGINT] * 5:
-        process = subprocess.Popen(_command(results), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   start_new_session=True)
-        time.sleep(chance.uniform(0.5, 4))
-        if process.poll() is None:
-            os.killpg(process.pid, sent)
-        _, err = process.communicate(timeout=120)
-        assert "Traceback" not in err.decode(), err.decode()[-2000:]
-        assert not (results / ".bench-run.lock").exists()
-    done = subprocess.run(_command(results), cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    (runs,) = results.glob("smoke/*/runs.csv")
-    ids = [row["cell_id"] for row in read_rows(runs)]
-    expected = {cell.cell_id for cell in load_grid(SMOKE, "cpu").cells}
-    assert sorted(ids) == sorted(expected) and runs.read_bytes().endswith(b"\n")
-    assert {p.name for p in results.iterdir()} <= {"smoke", "peaks"}  # no lock file (peaks: the CPU's, stored once)
 
 
 @pytest.mark.slow
