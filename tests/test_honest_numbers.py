@@ -19,6 +19,7 @@ from bench.measure.device import DeviceInfo
 from bench.measure.hardware import gpu_spec
 from bench.measure.peak import ensure_peak
 from bench.measure.step_stats import NOISY_CI95_REL, summarize_step_times
+from bench.measure.timing import TimingPolicy
 from bench.report import build_report
 from bench.report.console import console, summary_table
 from bench.results.rows import config_columns
@@ -63,11 +64,16 @@ def test_a_noisy_cell_is_measured_again_in_a_fresh_process_and_the_narrower_kept
     cell = Cell(experiment="e", profile="cpu", model="test_vit", image_size=32, micro_batch=2, accum_steps=1,
                 precision="fp32", checkpointing="off", optimizer="sgd", channels_last=False, warmup_steps=1,
                 measured_steps=5)
-    outcome = run_cell(CellTask(cell, CPU, bench.measure.peak.PeakFlops(None, "t"), None), 60)
+    peak = bench.measure.peak.PeakFlops(None, "t")
+    outcome = run_cell(CellTask(cell, CPU, peak, None, timing=TimingPolicy(min_steps=5, target_ci95_rel=0.05)), 60)
     assert len(calls) == 2 and outcome["remeasured"] is True
     assert json.loads(outcome["step_times_ms"])[1] == 101.0  # the steady measurement kept
     assert json.loads(outcome["discarded_step_times_ms"])[1] == 400.0  # the noisy one recorded beside it
     assert outcome["load_avg_1m"] is not None and "cpu_steal_pct" in outcome  # how loaded the host was
+    # A grid of exactly its steps (adaptive_timing = false: no interval target) is measured once, its row flagged.
+    measurements = iter([_ok([100.0, 400.0, 120.0, 390.0, 110.0])])
+    once = run_cell(CellTask(cell, CPU, peak, None), 60)
+    assert len(calls) == 3 and (once["noisy"], once["remeasured"]) == (True, False)
 
 
 def test_a_steady_cell_is_measured_once():

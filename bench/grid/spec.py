@@ -189,8 +189,9 @@ class RunSettings(_Strict):
     measured_steps: int = Field(default=5, gt=0, le=10_000)
     """Timed optimizer steps at least (at most 10,000); more are timed until target_ci95_rel is met."""
     adaptive_timing: bool = True
-    """Time until target_ci95_rel is met and warm up until step times settle; false: exactly warmup_steps and
-    measured_steps (a cell whose steps grow on purpose, such as a kept graph, never settles)."""
+    """Time until target_ci95_rel is met and warm up until step times settle (a noisy cell is measured once more);
+    false: exactly warmup_steps and measured_steps, once (a cell whose steps grow on purpose, such as a kept graph,
+    never settles)."""
     target_ci95_rel: float = Field(default=0.05, gt=0, le=1)
     """Timing stops once the 95 % interval of the median step time is this narrow, relative to the median."""
     timing_budget_s: float = Field(default=60.0, gt=0, le=86_400)

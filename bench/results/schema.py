@@ -125,8 +125,8 @@ COLUMNS: dict[str, Column] = {
     "step_time_ci95_high_ms": Column("float", "the same interval's high end"),
     "step_time_ci95_rel": Column("float", "the interval's width over the median: the row's dispersion figure"),
     "noisy": Column("bool", "step_time_ci95_rel above 0.10 (bench.measure.step_stats.NOISY_CI95_REL): such a cell is "
-                            "measured once more in a fresh process and the narrower measurement kept; empty "
-                            "under 5 steps"),
+                            "measured once more in a fresh process and the narrower measurement kept (not in a grid "
+                            "of exactly its steps, adaptive_timing = false); empty under 5 steps"),
     "remeasured": Column("bool", "the first measurement was noisy and the cell ran again; the columns hold the "
                                  "narrower of the two, discarded_* the other"),
     "discarded_step_times_ms": Column("json", "the other measurement's step times, when remeasured"),

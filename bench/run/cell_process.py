@@ -28,7 +28,8 @@ _KILL_GRACE_S = 10.0
 
 def run_cell(task: CellTask, timeout_s: float) -> dict:
     """One cell under a time limit: its outcome, stamped with its start (UTC), duration and host load;
-    measured again when it was timed under load (`--require-quiet`) or, once, when it is noisy."""
+    measured again when it was timed under load (`--require-quiet`) or, once, when it is noisy and was timed to an
+    interval target (a grid of exactly its steps, `adaptive_timing = false`, is measured once: its row says noisy)."""
     started, load = utc_now(), load_average_1m()
     began, times = time.monotonic(), cpu_times()
     waited_s = _wait_for_quiet(task)
@@ -39,8 +40,8 @@ def run_cell(task: CellTask, timeout_s: float) -> dict:
         outcome, attempts = _measure(task, timeout_s), attempts + 1
     if task.quiet.require and outcome["status"] == "ok" and outcome.get("loaded"):
         outcome = machine_busy(task, outcome, attempts)
-    elif outcome["status"] == "ok" and outcome.get("noisy"):
-        outcome = keep_narrower(outcome, _measure(task, timeout_s))
+    elif outcome["status"] == "ok" and outcome.get("noisy") and task.timing_policy.target_ci95_rel is not None:
+        outcome = keep_narrower(outcome, _measure(task, timeout_s))  # exactly N steps (no target): once, flagged
     elif outcome["status"] == "ok":
         outcome = {**outcome, "remeasured": False}
     return {**outcome, "started_utc": started, "duration_s": round(time.monotonic() - began, 3),
