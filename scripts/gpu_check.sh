@@ -69,11 +69,15 @@ grids=(experiments/gpu_check/resnet50.toml experiments/gpu_check/vit.toml experi
 # The estimator needs no GPU: its CUDA-profile rows are committed, so only a missing file is made here.
 # Each measured folder's report then sets the estimate beside the measurement (estimate_vs_measured.csv).
 profile=cuda; ((dry)) && profile=cpu
+to_estimate=()
 for experiment in gpu_check_resnet50 gpu_check_vit; do
     if [[ ! -f "$root/$experiment/estimate/runs.csv" ]] || ((dry)); then
-        "$python" -m bench estimate --profile "$profile" --results "$root" "experiments/gpu_check/${experiment#gpu_check_}.toml"
+        to_estimate+=("experiments/gpu_check/${experiment#gpu_check_}.toml")
     fi
 done
+if ((${#to_estimate[@]})); then  # one command for both: one interpreter's start
+    "$python" -m bench estimate --profile "$profile" --results "$root" "${to_estimate[@]}"
+fi
 "$python" scripts/bench_overhead.py --device "$device" --out "$extras/overhead.csv" "${overhead[@]}"
 "$python" scripts/device_peaks.py --device "$device" --out "$extras/device_peaks.csv"
 "$python" -m bench probe "${probe[@]}" | tee "$extras/probe.txt"
