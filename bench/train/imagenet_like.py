@@ -2,8 +2,8 @@
 
 Used when `bench run` gets no `--data-dir`: the loader then reads, decodes and augments files
 whose pixel counts, JPEG settings and byte sizes are those of ImageNet, so its CPU cost per
-sample is close to the real one. A set is made once per `GeneratedSetSpec` into a cache folder
-outside the repository (`default_cache_dir`) and reused; rows record its name, size and seed.
+sample is close to the real one. A set is made once per `GeneratedSetSpec` into the user's cache folder
+(`bench.cache.cache_dir`, outside the repository) and reused; rows record its name, size and seed.
 
 The ImageNet figures matched (`IMAGENET_TRAIN`), and where they come from:
 
@@ -30,7 +30,6 @@ import fcntl
 import hashlib
 import io
 import json
-import os
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -40,10 +39,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from bench.cache import cache_dir as user_cache_dir
+
 GENERATOR_VERSION = 1
 """Bumped whenever the drawing changes: a new version is a new cache folder, never a silent reuse."""
-CACHE_ENV = "BENCH_CACHE_DIR"
-"""Environment variable naming the cache folder of generated sets (default ~/.cache/bench)."""
 MANIFEST = "manifest.json"
 
 
@@ -114,14 +113,6 @@ _SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
 # The size mixture (module docstring): fitted so the set's mean is ~469 x 387.
 _P_SMALL, _P_LARGE, _P_PORTRAIT = 0.18, 0.04, 0.17
 _LARGE_LOG_MEAN, _LARGE_LOG_SIGMA = float(np.log(900)), 0.35
-
-
-def default_cache_dir() -> Path:
-    """Where generated sets live: $BENCH_CACHE_DIR, else $XDG_CACHE_HOME/bench, else ~/.cache/bench."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "bench"
 
 
 def draw_size(rng: np.random.Generator, scale: float = 1.0) -> tuple[int, int]:
@@ -213,7 +204,7 @@ def generate(spec: GeneratedSetSpec, root: Path, processes: int = 1) -> dict:
 
 def generated_set_root(spec: GeneratedSetSpec, cache_dir: Path | None = None) -> Path:
     """Where `spec`'s set lives (or will) under the cache folder."""
-    return (Path(cache_dir) if cache_dir else default_cache_dir()) / spec.name
+    return (Path(cache_dir) if cache_dir else user_cache_dir()) / spec.name
 
 
 def ensure_generated_set(spec: GeneratedSetSpec = GeneratedSetSpec(), cache_dir: Path | None = None,
