@@ -20,10 +20,10 @@ from bench.claims.evidence import (
 from bench.claims.readings import pair, slowdown_check, slower_by, time_change
 from bench.claims.supporting import cpu_slowdown, recompute_ratio, same_flops
 from bench.claims.verdict import Check, outcome_in_range, range_check, value_check
-from bench.cost.price import IMAGENET_1K_TRAIN_IMAGES
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import gpu_spec
 from bench.measure.utilization import samples_per_s_at, utilization_pct
+from bench.train.imagenet_like import IMAGENET_TRAIN
 from bench.units import GB, MB, gflop, tflop_per_s
 
 MODEL = "resnet50"
@@ -253,13 +253,13 @@ ARTICLE_GPU = "A100-40GB"
         "under fp16 autocast)."),
 )
 def eighty_five_mfu(rows: Rows) -> list[Check]:
-    rate = IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / (ARTICLE_HOURS["A"] * 3600)
+    rate = IMAGENET_TRAIN.images * ARTICLE_EPOCHS / (ARTICLE_HOURS["A"] * 3600)
     flops = flops_per_sample(MODEL, 224, "off").model
     peak = gpu_spec(ARTICLE_GPU).peak_flops_per_s("fp16")
     mfu = utilization_pct(flops, rate, peak)
     measured = (f"{rate:,.0f} samples/s × {gflop(flops)} / {tflop_per_s(peak, 0)} = {mfu:.1f} % MFU "
                 f"(85 % would be {samples_per_s_at(85, flops, peak):,.0f} samples/s, 90 epochs in "
-                f"{IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / samples_per_s_at(85, flops, peak) / 3600:.1f} h)")
+                f"{IMAGENET_TRAIN.images * ARTICLE_EPOCHS / samples_per_s_at(85, flops, peak) / 3600:.1f} h)")
     return [Check("85 % MFU (75 to 95 %)", measured, outcome_in_range(mfu, 75, 95, favourable="higher"))]
 
 
@@ -274,7 +274,7 @@ def eighty_five_mfu(rows: Rows) -> list[Check]:
         "micro-batch steps are 16 per optimizer step. (281k × 128 samples is 28 epochs.)"),
 )
 def step_counts(rows: Rows) -> list[Check]:
-    steps = IMAGENET_1K_TRAIN_IMAGES * ARTICLE_EPOCHS / 128
+    steps = IMAGENET_TRAIN.images * ARTICLE_EPOCHS / 128
     micro = steps * 16
     return [value_check("281k optimizer steps", steps, 281e3, 0.05, "k", 1e3, 1, "steps", favourable=None),
             value_check("4.5M micro-batch steps (strategy B)", micro, 4.5e6, 0.05, "M", 1e6, 2, "micro-batch steps",

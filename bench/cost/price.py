@@ -48,12 +48,12 @@ from bench.measure.utilization import samples_per_s_at
 from bench.memory.fit import DEFAULT_HEADROOM, MemoryFit, memory_fit
 from bench.results.keys import Key, configuration_key, key_columns, varying
 from bench.speed.ddp import predicted_efficiency
+from bench.train.imagenet_like import IMAGENET_TRAIN
 from bench.units import GIB, gib, percent, tflop_per_s
 
 if TYPE_CHECKING:  # the throughput model imports torch; pricing does not
     from bench.speed.params import ErrorBand
 
-IMAGENET_1K_TRAIN_IMAGES = 1_281_167
 SECONDS_PER_HOUR = 3600
 LABELLED = ("model", "image_size", "precision", "checkpointing", "optimizer", "micro_batch", "accum_steps")
 """The configuration columns a strategy label (and a plan option's) names; the others are its variant."""
@@ -73,8 +73,8 @@ class Workload:
         115305030.0
     """
 
-    dataset_size: int = IMAGENET_1K_TRAIN_IMAGES
-    """Training samples per epoch (default: the ImageNet-1k train split)."""
+    dataset_size: int = IMAGENET_TRAIN.images
+    """Training samples per epoch (default: the ImageNet-1k train split, `bench.train.imagenet_like`)."""
     epochs: float = 90
     """Passes over the dataset."""
 
