@@ -10,8 +10,8 @@ from bench.api import load_for_device
 from bench.commands.common import add_device_option, non_negative, positive, positive_int
 from bench.commands.formats import add_format_option, emit, grid_document
 from bench.grid.spec import MAX_CELLS, Grid, load_grid
-from bench.isolation import start_fork_server_early
 from bench.measure.device import detect_device
+from bench.run import start_cell_server
 from bench.units import mb
 
 
@@ -89,7 +89,7 @@ def run_grids(args: argparse.Namespace) -> int:
     for path in args.files:  # the files checked before the runner and the device load torch
         load_grid(path, "cuda", max_cells=sys.maxsize)
     if args.executor == "local" and not (args.nproc and args.nproc > 1):  # cells fork from it (DDP ranks do not)
-        start_fork_server_early("bench.run.cell_measurement")  # imports torch and timm while this process does
+        start_cell_server()  # imports torch and timm while this process does
     from bench.report.console import (  # rich only for `run`
         console,
         grid_progress,

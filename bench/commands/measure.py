@@ -79,9 +79,9 @@ def measure_cell(args: argparse.Namespace) -> int:
     config_source = model_config_source(args, args.image_size, default_image_size=PROBE_DEFAULTS["image_size"])
     if sources:
         print(f"model: {sources}", file=sys.stderr, flush=True)
-    from bench.isolation import start_fork_server_early
+    from bench.run import start_cell_server
 
-    start_fork_server_early("bench.run.cell_measurement")  # the cell forks from it: its imports beside this one's
+    start_cell_server()  # the cell forks from it: its imports beside this one's
     from bench.measure.device import detect_device  # late: the device and the runner load torch
     from bench.report.console import console, summary_table
     from bench.results.lock import runner_lock

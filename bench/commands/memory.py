@@ -127,10 +127,6 @@ def probe_model(args: argparse.Namespace) -> int:
     def announce(text: str) -> None:  # progress on stderr: the answer alone goes to stdout
         print(text, file=sys.stderr, flush=True)
 
-    if not args.gpu and args.memory_gib is None:  # trials on this device, each a cell forked from the server
-        from bench.isolation import start_fork_server_early
-
-        start_fork_server_early("bench.run.cell_measurement")  # its imports beside the estimator's first traces
     axes = {**{name: getattr(args, name) for name in probe_options()}, **fields}
     with answer_only(args.format == "json"):
         report = probe_report(args.model, gpus=args.gpu or (), memory_gib=args.memory_gib,

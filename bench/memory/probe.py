@@ -426,6 +426,10 @@ def probe_budgets(config: ProbeConfig, budgets: list[Budget], *, memory_limit_gi
     `ModelRefused` line."""
     from bench.memory.validate import agreement  # reads the committed validation rows
 
+    if any(budget.device is not None for budget in budgets):  # trials on a device: cells, forked from the server
+        from bench.run import start_cell_server
+
+        start_cell_server()  # its imports run beside the estimator's traces that come first
     peaks = EstimatedPeaks(config, "cuda")
     answers = []
     for budget in budgets:
