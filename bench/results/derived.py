@@ -22,12 +22,14 @@ import math
 
 import pandas as pd
 
-from bench.results.keys import Key, configuration_key
+from bench.results.keys import Key, configuration_key, key_columns
 
 SCALING_BASELINE = {"world_size": 1, "ddp_sync": "no_sync"}
 """What a data-parallel row's reference differs in: one process (whose sync mode is the default)."""
 SYNTHETIC_BASELINE = {"input": "synthetic", "loader_workers": 0}
 """What a loader row's reference differs in: synthetic input, which has no workers."""
+_READ = ("profile", "status", "samples_per_s", "global_samples_per_s", "cpu_threads")
+"""The columns the figures read besides the configuration's."""
 
 
 def derive(rows: pd.DataFrame) -> pd.DataFrame:
@@ -35,7 +37,8 @@ def derive(rows: pd.DataFrame) -> pd.DataFrame:
     (empty where the reference row is missing, failed, or, for a loader row, trained with other CPU threads)."""
     if rows.empty:
         return rows
-    records = rows.astype(object).where(rows.notna(), None).to_dict("records")
+    used = [name for name in (*key_columns(), *_READ) if name in rows.columns]  # what the figures read, no more
+    records = rows[used].astype(object).where(rows[used].notna(), None).to_dict("records")
     keys = [configuration_key(row) for row in records]
     ok = {(row.get("profile"), key): row for row, key in zip(records, keys) if row.get("status") == "ok"}
 
