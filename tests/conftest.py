@@ -1,4 +1,4 @@
-"""Shared helpers: grid files written on the fly, the `bench` command run as a user runs it."""
+"""Shared helpers: grid files written on the fly, the `bench` command answered in this process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import multiprocessing.process
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -71,17 +70,12 @@ def write_grid(tmp_path):
     return write
 
 
-def run_bench(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
-    """`bench ARGS` in a fresh interpreter, as from the command line."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True,
-                          text=True, env=env, timeout=1800, **kwargs)  # a hang guard, not a speed limit
-
-
 def bench_in_process(capfd, *args: str) -> subprocess.CompletedProcess:
-    """`bench ARGS` through `bench.cli.main` in this process, answered as `run_bench` answers: for a test about what
-    the command does, not about a fresh interpreter (which costs 3-5 s of importing torch). The signal handlers
-    `bench run` installs are put back."""
+    """`bench ARGS` through `bench.cli.main` in this process, answered as `subprocess.run` answers: for a test about
+    what the command does, not about a fresh interpreter (which costs 3-5 s of importing torch, and a `bench run` as
+    much again to start its cells' fork server; here the session's server, once started, forks every test's cells).
+    The signal handlers `bench run` installs are put back. The server keeps the environment of the test that started
+    it: a test that sets a variable around the command starts the server first (`bench.run.start_cell_server`)."""
     from bench.cli import main
 
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import read_rows, run_bench, tiny_grid
+from conftest import bench_in_process, read_rows, tiny_grid
 
 from bench.errors import GridFileError
 from bench.grid.cell import Cell
@@ -24,6 +24,7 @@ from bench.measure.device import DeviceInfo
 from bench.measure.peak import PeakFlops
 from bench.results.read import read_runs
 from bench.results.store import RunsFile
+from bench.run import start_cell_server
 from bench.run.cell_measurement import CellTask
 from bench.run.ddp_launch import aggregate
 from bench.run.ddp_rank import FAIL_EXIT_CODE, FAIL_RANK_ENV, DdpDistribution
@@ -96,13 +97,13 @@ def test_ddp_gradients_equal_the_single_process_large_batch_gradients(ddp_ranks)
 
 
 @pytest.mark.slow
-def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_reduce_counts(write_grid, tmp_path):
+def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_reduce_counts(write_grid, tmp_path, capfd):
     grid = write_grid(tiny_grid("ddp", effective_batch=6, pairs="[[2, 3]]",
                                 extra_run="").replace('optimizer = ["sgd"]',
                                                       'optimizer = ["sgd"]\nworld_size = [1, 2]\n'
                                                       'ddp_sync = ["no_sync", "every_step"]'))
     results = tmp_path / "results"
-    ran = run_bench("run", str(grid), "--results", str(results))
+    ran = bench_in_process(capfd, "run", str(grid), "--results", str(results))
     assert ran.returncode == 0, ran.stderr
     (runs,) = results.glob("ddp/*/runs.csv")
     rows = {(r["world_size"], r["ddp_sync"]): r for r in read_rows(runs)}
@@ -128,14 +129,15 @@ def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_red
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_is_an_error_row_and_the_grid_goes_on(write_grid, tmp_path, monkeypatch):
+def test_a_rank_that_dies_is_an_error_row_and_the_grid_goes_on(write_grid, tmp_path, monkeypatch, capfd):
     grid = write_grid(tiny_grid("dies", pairs="[[4, 1], [2, 2]]").replace(
         'optimizer = ["sgd"]',
         'optimizer = ["sgd"]\nworld_size = [1, 2]\nexclude = [{ world_size = 2, micro_batch = 2 }]'))
     results = tmp_path / "results"
     began = time.monotonic()
-    monkeypatch.setenv(FAIL_RANK_ENV, "1")  # rank 1 exits abruptly before its timed steps
-    ran = run_bench("run", str(grid), "--results", str(results))
+    start_cell_server()  # the session's fork server, if this test starts it, must not keep the variable for later cells
+    monkeypatch.setenv(FAIL_RANK_ENV, "1")  # rank 1 exits abruptly before its timed steps (torchrun passes it on)
+    ran = bench_in_process(capfd, "run", str(grid), "--results", str(results))
     assert ran.returncode == 0, ran.stderr
     assert time.monotonic() - began < 240
     rows = read_rows(next(results.glob("dies/*/runs.csv")))

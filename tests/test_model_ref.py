@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, read_rows, run_bench
+from conftest import REPO, bench_in_process, read_rows
 
 from bench.cli import main
 from bench.errors import GridFileError, ModelRefError
@@ -174,10 +174,10 @@ def test_a_grid_file_runs_model_code_only_when_it_says_so(write_grid):
 
 
 @pytest.mark.slow
-def test_measure_runs_one_cell_of_a_file_model_and_appends_its_row(tmp_path):
+def test_measure_runs_one_cell_of_a_file_model_and_appends_its_row(tmp_path, capfd):
     args = ["measure", FILE_MODEL, "--micro-batch", "4", "--accum", "2", *SHAPE, "--warmup-steps", "1",
             "--measured-steps", "2", "--device", "cpu", "--results", str(tmp_path)]
-    done = run_bench(*args)
+    done = bench_in_process(capfd, *args)
     assert done.returncode == 0, done.stderr
     (runs,) = tmp_path.glob("measure/*/runs.csv")
     (row,) = read_rows(runs)
@@ -185,7 +185,7 @@ def test_measure_runs_one_cell_of_a_file_model_and_appends_its_row(tmp_path):
     assert (row["model"], row["in_chans"], row["image_width"], row["num_classes"], row["accum_steps"]) == \
         (FILE_MODEL, "1", "48", "10", "2")
     assert "appended" in done.stdout and "tests_tiny_models.py_tiny_cnn-32px-4x2" in done.stdout
-    again = run_bench(*args)
+    again = bench_in_process(capfd, *args)
     assert again.returncode == 0 and "already measured" in again.stdout and len(read_rows(runs)) == 1
 
 

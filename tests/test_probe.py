@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import REPO, bench_in_process, run_bench
+from conftest import REPO, bench_in_process
 
 from bench.measure.device import detect_device
 from bench.memory.estimate import estimate_cell
@@ -53,8 +53,8 @@ def test_probe_finds_the_limit_under_an_imposed_cap_in_fewer_trials_than_doublin
 
 
 @pytest.mark.slow
-def test_probe_answers_from_the_estimator_for_a_memory_size():
-    done = run_bench("probe", "test_vit", "--image-size", "32", "--precision", "bf16", "--accum-steps", "2",
+def test_probe_answers_from_the_estimator_for_a_memory_size(capfd):
+    done = bench_in_process(capfd, "probe", "test_vit", "--image-size", "32", "--precision", "bf16", "--accum-steps", "2",
                      "--memory-gib", "0.25")
     assert done.returncode == 0, done.stderr
     line = next(l for l in done.stdout.splitlines() if l.startswith("predicted largest micro-batch"))

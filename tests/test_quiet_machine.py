@@ -215,12 +215,12 @@ def test_identity_of_this_machine_is_readable():
 
 
 @pytest.mark.slow
-def test_a_cell_is_timed_until_its_interval_target_and_its_row_says_how(tmp_path, write_grid):
-    from tests.conftest import read_rows, run_bench, tiny_grid
+def test_a_cell_is_timed_until_its_interval_target_and_its_row_says_how(tmp_path, write_grid, capfd):
+    from tests.conftest import bench_in_process, read_rows, tiny_grid
 
     grid = write_grid(tiny_grid("adaptive", pairs="[[4, 1]]").replace("adaptive_timing = false",
                                                                        "timing_budget_s = 3\ntarget_ci95_rel = 0.2"))
-    ran = run_bench("run", str(grid), "--results", str(tmp_path / "results"), "--threads", "1")
+    ran = bench_in_process(capfd, "run", str(grid), "--results", str(tmp_path / "results"), "--threads", "1")
     assert ran.returncode == 0, ran.stderr
     assert "1 to measure; none has a row" in ran.stdout
     [row] = read_rows(next((tmp_path / "results" / "adaptive").glob("cpu-*/runs.csv")))
@@ -231,7 +231,7 @@ def test_a_cell_is_timed_until_its_interval_target_and_its_row_says_how(tmp_path
     assert int(row["warmup_steps_run"]) >= 2 and float(row["foreign_load_cores"]) >= 0
     # the machine's own speed around the timed steps: a CPU does at least a GFLOP/s of fp32 matmul
     assert float(row["reference_flops_per_s_before"]) > 1e9 and float(row["reference_flops_per_s_after"]) > 1e9
-    rerun = run_bench("run", str(grid), "--results", str(tmp_path / "results"), "--threads", "1")
+    rerun = bench_in_process(capfd, "run", str(grid), "--results", str(tmp_path / "results"), "--threads", "1")
     assert "0 to measure: 1 already have rows" in rerun.stdout and "nothing measured now" in rerun.stdout
 
 

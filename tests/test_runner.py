@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, bench_in_process, read_rows, run_bench, tiny_grid
+from conftest import REPO, bench_in_process, read_rows, tiny_grid
 
 from bench.results.read import read_runs
 from bench.results.store import COLUMNS
@@ -50,7 +50,7 @@ def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path,
 
 
 @pytest.mark.slow
-def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, tmp_path):
+def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, tmp_path, capfd):
     # 1 x 2 ResNet: BatchNorm sees one value per channel at 1x1 spatial and raises;
     # 256 x 1 at 128 px needs far more than the 1 GiB cap and runs out of memory.
     grid = write_grid(tiny_grid("faults", model="test_resnet", image_size=32, effective_batch=256,
@@ -58,7 +58,7 @@ def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, t
     broken = write_grid(tiny_grid("broken", model="test_resnet", image_size=32, effective_batch=2,
                                   pairs="[[1, 2], [2, 1]]"), "broken.toml")
     results = tmp_path / "results"
-    ran = run_bench("run", str(grid), str(broken), "--results", str(results), "--memory-limit-gib", "1")
+    ran = bench_in_process(capfd, "run", str(grid), str(broken), "--results", str(results), "--memory-limit-gib", "1")
     assert ran.returncode == 0, ran.stderr
     statuses = {(r["image_size"], r["micro_batch"]): r for r in read_rows(_runs_csv(results, "faults"))}
     assert statuses[("512", "256")]["status"] == "oom"
@@ -70,12 +70,12 @@ def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, t
 
 
 @pytest.mark.slow
-def test_a_cell_past_its_time_limit_is_killed_and_recorded(write_grid, tmp_path):
+def test_a_cell_past_its_time_limit_is_killed_and_recorded(write_grid, tmp_path, capfd):
     grid = write_grid(tiny_grid("slow", model="resnet50", image_size=64, effective_batch=32,
                                 pairs="[[32, 1]]"))
     results = tmp_path / "results"
     began = time.monotonic()
-    ran = run_bench("run", str(grid), "--results", str(results), "--timeout-s", "0.5")
+    ran = bench_in_process(capfd, "run", str(grid), "--results", str(results), "--timeout-s", "0.5")
     assert ran.returncode == 0, ran.stderr
     (row,) = read_rows(_runs_csv(results, "slow"))
     assert row["status"] == "timeout" and "0.5 s" in row["error_message"]
