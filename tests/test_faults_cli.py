@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import CPU_ROWS, CPU_TAG, REPO, read_rows
+from conftest import CPU_ROWS, CPU_TAG, REPO, bench_in_process, read_rows
 from test_faults import GRID_CASES
 
 from bench.cli import main
@@ -558,22 +558,22 @@ def test_readers_never_see_a_half_row_while_the_writer_appends(tmp_path):
     assert seen == sorted(seen) and len(read_runs(runs.path)) == 60
 
 
-def _command(results: Path, grid: Path = SMOKE) -> list[str]:
-    return [sys.executable, "-m", "bench", "run", str(grid), "--results", str(results), "--device", "cpu"]
+def _run_args(results: Path, grid: Path = SMOKE) -> list[str]:
+    return ["run", str(grid), "--results", str(results), "--device", "cpu"]
 
 
 @pytest.mark.slow
-def test_report_and_cost_while_run_appends_then_a_second_grid_under_the_same_root(tmp_path):
+def test_report_and_cost_while_run_appends_then_a_second_grid_under_the_same_root(tmp_path, capfd):
     results = tmp_path / "results"
-    process = subprocess.Popen(_command(results), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, "-m", "bench", *_run_args(results)], cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         answered = 0
         while process.poll() is None and not answered:  # one answer from a folder being appended to
             found = list(results.glob("smoke/*/runs.csv"))
             if found:
-                cost = subprocess.run([sys.executable, "-m", "bench", "cost", str(found[0].parent),
-                                       "--allow-cpu-projection", "--format", "json"], cwd=REPO, capture_output=True,
-                                      text=True, timeout=300)
+                cost = bench_in_process(capfd, "cost", str(found[0].parent), "--allow-cpu-projection", "--format",
+                                        "json")  # a reader in this process, the writer in its own
                 assert cost.returncode in (0, 2) and "Traceback" not in cost.stderr, cost.stderr[-2000:]
                 answered += cost.returncode == 0
             time.sleep(0.5)
@@ -584,7 +584,7 @@ def test_report_and_cost_while_run_appends_then_a_second_grid_under_the_same_roo
     other.write_text(SMOKE.read_text().replace('name = "smoke"', 'name = "other"')
                      .replace('model = ["test_vit", "test_resnet"]', 'model = ["test_vit"]')
                      .replace("pairs = [[8, 1], [2, 4]]", "pairs = [[8, 1]]"))
-    second = subprocess.run(_command(results, other), cwd=REPO, capture_output=True, text=True, timeout=900)
+    second = bench_in_process(capfd, *_run_args(results, other))
     assert second.returncode == 0, second.stderr[-2000:]
     (smoke,) = results.glob("smoke/*/runs.csv")
     (one,) = results.glob("other/*/runs.csv")
