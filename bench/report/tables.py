@@ -70,10 +70,10 @@ def machine_speed_note(rows: pd.DataFrame) -> str | None:
     >>> rows = pd.DataFrame({"reference_flops_per_s_before": [100e9, 80e9, 90e9],
     ...                      "reference_flops_per_s_after": [100e9, 80e9, 110e9]})
     >>> print(machine_speed_note(rows))  # doctest: +NORMALIZE_WHITESPACE
-    **The machine's own speed.** A fixed workload (fp32 512×512 matmuls, the cells' threads, 0.25 s) timed just
-    before and just after each cell's steps ran at 80.0 to 110.0 GFLOP/s (median 95.0) over 6 probes in 3 rows:
-    a spread of 32 % of the median. Each row's ±95 % interval covers its own steps only; a difference between
-    two cells smaller than this spread may be the machine, not the configuration.
+    **The machine's own speed.** A fixed workload (fp32 512×512 matmuls with the cells' threads, their median
+    call) timed just before and just after each cell's steps ran at 80.0 to 110.0 GFLOP/s (median 95.0) over 6
+    probes in 3 rows: a spread of 32 % of the median. Each row's ±95 % interval covers its own steps only; a
+    difference between two cells smaller than this spread may be the machine, not the configuration.
     """
     columns = [column for column in PROBE_COLUMNS if column in rows]
     probes = pd.concat([rows[column] for column in columns]).astype("Float64").dropna() if columns else pd.Series()
@@ -81,11 +81,11 @@ def machine_speed_note(rows: pd.DataFrame) -> str | None:
     if carrying < 2:
         return None
     low, high, median = probes.min() / 1e9, probes.max() / 1e9, probes.median() / 1e9
-    return (f"**The machine's own speed.** A fixed workload (fp32 512×512 matmuls, the cells' threads, 0.25 s) timed "
-            f"just before and just after each cell's steps ran at {low:.1f} to {high:.1f} GFLOP/s (median {median:.1f}) "
-            f"over {len(probes)} probes in {carrying} rows: a spread of {100 * (high - low) / median:.0f} % of the "
-            "median. Each row's ±95 % interval covers its own steps only; a difference between two cells smaller "
-            "than this spread may be the machine, not the configuration.")
+    return ("**The machine's own speed.** A fixed workload (fp32 512×512 matmuls with the cells' threads, their median "
+            f"call) timed just before and just after each cell's steps ran at {low:.1f} to {high:.1f} GFLOP/s (median "
+            f"{median:.1f}) over {len(probes)} probes in {carrying} rows: a spread of "
+            f"{100 * (high - low) / median:.0f} % of the median. Each row's ±95 % interval covers its own steps "
+            "only; a difference between two cells smaller than this spread may be the machine, not the configuration.")
 
 
 def spread_text(row) -> str:

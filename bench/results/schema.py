@@ -148,9 +148,10 @@ COLUMNS: dict[str, Column] = {
     "cpu_steal_pct": Column("float", "CPU time stolen by the hypervisor while the cell ran, % of all CPU time "
                                      "(/proc/stat); empty where unreadable"),
     "reference_flops_per_s_before": Column("float", "the CPU's speed just before the timed steps on a fixed "
-                                                    "workload (median FLOP/s of fp32 512x512 matmuls over 0.25 s, "
-                                                    "the cell's threads): rows whose figures differ show the machine "
-                                                    "itself ran faster or slower; empty on CUDA and under DDP"),
+                                                    "workload (median FLOP/s of fp32 512x512 matmuls over 0.1 s, "
+                                                    "0.25 s in rows before 2026-12-05; the cell's threads): rows "
+                                                    "whose figures differ show the machine itself ran faster or "
+                                                    "slower; empty on CUDA and under DDP"),
     "reference_flops_per_s_after": Column("float", "the same, just after the timed steps"),
     "samples_per_s": Column("float", "effective_batch / median step time: one process's (under DDP, the slowest "
                                      "rank sets each step)"),
