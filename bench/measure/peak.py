@@ -35,8 +35,12 @@ side (`cpu_matrix_side`): fp16 is emulated on CPUs, and bf16 without AVX512-BF16
 (about 1 GFLOP/s per thread on an AVX2 EPYC, torch 2.14: 10-20 s for one 2048 x 2048 matmul)."""
 CPU_CALL_S = 0.5
 """At most this long for one matmul of the side measured (`cpu_matrix_side`)."""
-CPU_ROUNDS = 5
-CPU_SECONDS_PER_ROUND = 1.0
+CPU_ROUNDS = 3
+CPU_SECONDS_PER_ROUND = 0.5
+"""The peak is the fastest matmul call of CPU_ROUNDS rounds of this long each. Measured alone on a 2-core Zen 4 VM,
+4 alternated repeats each: 3 x 0.5 s gave a median of 203.9 GFLOP/s fp32 and 426.6 bf16 where 5 x 1.0 s gave
+203.6 and 428.8 (-0.5 %, inside either setting's own 1-3 % spread between repeats), in 1.5 s a precision instead
+of 5. A stored peak says the rounds and seconds it was measured with."""
 STORED_COLUMNS = ("device_tag", "device_name", "threads", "precision", "flops_per_s", "matrix_side", "rounds",
                   "seconds_per_round", "measured_utc", "torch_version", "foreign_load_cores")
 PEAK_QUIET_WAIT_S = 120.0
