@@ -650,7 +650,7 @@ def _wait_until_gone(group: int, timeout_s: float = 10.0) -> None:
 
 
 @pytest.mark.slow
-def test_two_runners_on_one_folder_the_second_exits_2_naming_the_first(tmp_path):
+def test_two_runners_on_one_folder_the_second_exits_2_naming_the_first(tmp_path, capfd):
     results = tmp_path / "results"
     first = _start(results)
     try:
@@ -658,7 +658,7 @@ def test_two_runners_on_one_folder_the_second_exits_2_naming_the_first(tmp_path)
         lock = results / LOCK_NAME
         while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        second = subprocess.run(_command(results), cwd=REPO, capture_output=True, text=True, timeout=300)
+        second = bench_in_process(capfd, *_command(results)[3:])
         assert second.returncode == 2, second.stderr
         assert f"pid {first.pid}" in second.stderr and "--wait" in second.stderr
     finally:
