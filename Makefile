@@ -20,18 +20,19 @@ constraints: install
 	$(BIN)/pip-compile --quiet --extra dev --extra slurm --extra cloud --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file constraints.txt pyproject.toml
 
-# Every test, doctests included: first those test-fast runs, then those marked slow. test-fast (46-55 s on 2 cores
-# here, on pytest-xdist's workers; the goal is 60 s) leaves out those marked slow: they start a process, or take more
-# than about 1.5 s (@pytest.mark.slow on the test itself; tests/conftest.py refuses a process in an unmarked test).
-# The slow tests stay on one worker: they time cells, wait for a quiet machine and measure a CPU's peak (which is
-# shared between results roots only when measured quiet), so on two workers the whole suite took 659 s against
-# 661 s on one (a 2-core machine, nothing else running).
+# Every test, doctests included: first all but those marked serial, on pytest-xdist's workers, then the serial ones on
+# one worker. test-fast (46-55 s on 2 cores here, the goal is 60 s) runs the first batch less those marked slow (more
+# than about 1.5 s). Serial tests start processes (cells, torchrun, the `bench` command: tests/conftest.py refuses a
+# process in a test not marked slow or serial), time steps, measure a CPU's peak or wait for a quiet machine: beside
+# another worker they would measure its load, and their processes use both cores anyway (the whole suite on two
+# workers took 659 s against 661 s on one). The slow tests that compute in their own process (traces, fits, readers
+# racing a writer) run beside the fast ones; tests of one xdist_group share a worker (and its module fixture).
 test: install
-	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m "not serial" -n auto --maxprocesses 4 --dist loadgroup
+	$(BIN)/python -m pytest -q -m serial
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist loadgroup
 
 bench-resnet: install
 	$(BIN)/bench run experiments/resnet50.toml

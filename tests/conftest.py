@@ -41,8 +41,9 @@ def _the_suites_own_cache_folder(request, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _processes_only_in_slow_tests(request, monkeypatch):
-    """A test that starts a process (a cell, torchrun, the `bench` command) must be marked `slow`,
-    so that `make test-fast` leaves it out: unmarked, it fails here instead of running slowly."""
+    """A test that starts a process (a cell, torchrun, the `bench` command) must be marked `serial` (or `slow`, where
+    it starts one only on a cold cache), so that `make test-fast` leaves it out: unmarked, it fails here instead of
+    running slowly."""
     if request.node.get_closest_marker("slow"):
         return
 
@@ -130,7 +131,9 @@ def tiny_grid(name: str, *, model: str = "test_vit", image_size: int = 32, effec
 
 def pytest_collection_modifyitems(config, items):
     """A test is `slow` by its own `@pytest.mark.slow` (or its module's `pytestmark`); a doctest, which takes no
-    decorator, by a `# slow` comment on one of its examples."""
+    decorator, by a `# slow` comment on one of its examples. A `serial` test is slow too."""
     for item in items:
         if isinstance(item, pytest.DoctestItem) and any("# slow" in example.source for example in item.dtest.examples):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.slow)

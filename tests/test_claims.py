@@ -171,7 +171,7 @@ def leak_rows() -> dict[str, dict]:
     return {name: _measure(loss_tracking=name, trace_steps=4) for name in ("detached", "live_tensor")}
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_the_live_loss_tensor_keeps_a_growing_graph(leak_rows):
     nodes = json.loads(leak_rows["live_tensor"]["kept_graph_nodes"])
     assert len(nodes) == 4 and all(later > earlier for earlier, later in zip(nodes, nodes[1:]))
@@ -195,7 +195,7 @@ def test_every_micro_step_runs_at_the_same_weights(leak_rows):
     assert len({version for _, version in forwards}) == len({step for step, _ in forwards}) == 4
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_zero_grad_zeros_keeps_the_gradients_after_the_step():
     def after_zero_grad(row: dict) -> int:
         return [nbytes for _, phase, _, nbytes, _ in json.loads(row["step_memory"]) if phase == "zero_grad"][-1]
@@ -221,7 +221,7 @@ def test_aux_loss_attached_changes_the_gradient_and_detached_does_not():
     assert not torch.allclose(off, attached)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_last_n_checkpointing_lies_between_off_and_full():
     saved = {mode: saved_activations_bytes(_as_row(_measure(model="test_vit", micro_batch=16, accum_steps=1,
                                                             optimizer="sgd", checkpointing=mode)))
@@ -233,7 +233,7 @@ def _as_row(measured: dict) -> pd.Series:
     return pd.Series({**measured, "cell_id": "t"})
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_allocator_setting_is_skipped_on_cpu(write_grid, tmp_path):
     grid = load_grid(write_grid(tiny_grid("alloc", pairs="[[4, 1]]").replace(
         'optimizer = ["sgd"]', 'optimizer = ["sgd"]\nallocator = ["expandable_segments"]')), "cpu")

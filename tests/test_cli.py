@@ -149,7 +149,7 @@ def test_claims_json(capfd, tmp_path):
                                                             "not testable here"}
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_json_pipes_into_json_tool():
     """As a user runs it: `bench probe ... --format json | python -m json.tool`."""
     import subprocess
@@ -251,7 +251,7 @@ def test_results_folders_may_follow_the_options_as_well_as_precede_them():
         parse(["plan", "resnet50", "--effective-batch", "1024", "results/b", "--bogus"])
 
 
-@pytest.mark.slow  # the `bench` command itself, in a process
+@pytest.mark.serial  # the `bench` command itself, in a process
 def test_a_command_that_loaded_torch_exits_at_once_with_its_whole_answer_and_its_code(tmp_path):
     """Once torch is loaded the command skips the interpreter's teardown (most of a second): its answer must still be
     whole on a pipe, and its exit code kept (1: nothing fits)."""

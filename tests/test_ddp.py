@@ -75,7 +75,7 @@ def ddp_ranks(tmp_path_factory):
     return [torch.load(out_dir / f"rank{rank}.pt") for rank in range(WORLD_SIZE)]
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_one_synchronising_all_reduce_per_step_with_no_sync_and_k_without(ddp_ranks):
     for rank in ddp_ranks:
         assert rank["no_sync"]["synced_backwards"] == 1
@@ -84,7 +84,7 @@ def test_one_synchronising_all_reduce_per_step_with_no_sync_and_k_without(ddp_ra
         assert rank["no_sync"]["bucket_calls"] == 1 and rank["every_step"]["bucket_calls"] == ACCUM_STEPS
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_ddp_gradients_equal_the_single_process_large_batch_gradients(ddp_ranks):
     model = _fresh_model()
     accumulate_gradients(model, [_global_batch()], "fp32")
@@ -96,7 +96,7 @@ def test_ddp_gradients_equal_the_single_process_large_batch_gradients(ddp_ranks)
             assert worst < 1e-5, (sync, worst)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_reduce_counts(write_grid, tmp_path, capfd):
     grid = write_grid(tiny_grid("ddp", effective_batch=6, pairs="[[2, 3]]",
                                 extra_run="").replace('optimizer = ["sgd"]',
@@ -128,7 +128,7 @@ def test_a_ddp_grid_writes_per_rank_memory_global_throughput_scaling_and_all_red
     assert float(synced_always["allreduce_calls_per_step"]) == 3
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_a_rank_that_dies_is_an_error_row_and_the_grid_goes_on(write_grid, tmp_path, monkeypatch, capfd):
     grid = write_grid(tiny_grid("dies", pairs="[[4, 1], [2, 2]]").replace(
         'optimizer = ["sgd"]',

@@ -17,7 +17,7 @@ def _python_blocks(path):
     return re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.S | re.M)
 
 
-@pytest.mark.slow  # measure_cell starts a cell's process
+@pytest.mark.serial  # measure_cell starts a cell's process
 def test_the_api_page_runs(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     blocks = _python_blocks(REPO / "docs" / "api.md")

@@ -31,7 +31,7 @@ def _cell(model: str, precision: str, checkpointing: str, optimizer: str, accum_
     ("test_resnet", "bf16", "full", "sgd", 1),
     ("test_vit", "fp32", "off", "adamw8bit", 2),
 ])
-@pytest.mark.slow
+@pytest.mark.serial
 def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, checkpointing, optimizer,
                                                              accum_steps):
     # Equal to 4 digits, mostly to the byte: a few real CPU kernels allocate a little more than

@@ -28,7 +28,7 @@ def test_the_local_executor_is_the_default():
     assert isinstance(make_executor(options.executor, options.slurm), LocalExecutor)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_cells_run_as_submitit_jobs_write_the_same_rows_and_resume(write_grid, tmp_path):
     grid = load_grid(write_grid(tiny_grid("jobs")), "cpu")
     slurm = SlurmOptions(folder=tmp_path / "jobs", cluster="local", poll_s=0.2)

@@ -576,7 +576,7 @@ def _wait_for_a_row(results: Path, process: subprocess.Popen, rows_before: int) 
         time.sleep(0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_kills_and_signals_at_random_moments_lose_and_double_no_row_and_ctrl_c_stops_the_run(tmp_path, capfd):
     """One campaign of kills and signals (it replaced test_runner's kill-and-resume run and test_faults_cli's
     SIGTERM/SIGINT campaign): no row is lost or doubled, the rows on disk at each stop stay in the file as they were,
@@ -649,7 +649,7 @@ def _wait_until_gone(group: int, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_two_runners_on_one_folder_the_second_exits_2_naming_the_first(tmp_path, capfd):
     results = tmp_path / "results"
     first = _start(results)

@@ -163,7 +163,7 @@ def test_list_builds_a_model_once_and_help_never(write_grid, capsys, monkeypatch
         main(["list", "--help"])
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_models_that_pass_the_bounds_but_refuse_the_step_are_failed_rows(tmp_path):
     """A stem larger than the image (ConvNeXt at 2 px), a backbone that returns features, not logits (timm's
     `features_only`, as a detection or segmentation model does): rows naming the model, input and exception."""

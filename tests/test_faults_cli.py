@@ -562,7 +562,7 @@ def _run_args(results: Path, grid: Path = SMOKE) -> list[str]:
     return ["run", str(grid), "--results", str(results), "--device", "cpu"]
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_report_and_cost_while_run_appends_then_a_second_grid_under_the_same_root(tmp_path, capfd):
     results = tmp_path / "results"
     process = subprocess.Popen([sys.executable, "-m", "bench", *_run_args(results)], cwd=REPO,
@@ -622,7 +622,7 @@ def test_a_model_that_refuses_the_input_is_one_line_naming_model_input_and_excep
             names="grid.image_size[0]: 4 is not allowed for test_vit, its patch is 16")
 
 
-@pytest.mark.slow  # a cold plan checks the model in the fork server's child its traces then fork from
+@pytest.mark.serial  # a cold plan checks the model in the fork server's child its traces then fork from
 def test_a_plan_refuses_a_model_its_child_process_checked_in_one_line(work, capsys):
     """A cold plan checks the model in a child process (the parent then never imports torch): a size below a ViT's
     patch, or a model that is not a classifier, is still one line naming the option or the model, exit 2."""

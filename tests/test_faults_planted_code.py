@@ -145,7 +145,7 @@ def _every_command(folder: Path) -> list[list[str]]:
     ]
 
 
-@pytest.mark.slow  # one interpreter running every command, cells and torchrun included
+@pytest.mark.serial  # one interpreter running every command, cells and torchrun included
 def test_no_command_imports_a_module_planted_in_the_working_directory(tmp_path):
     folder, marks = tmp_path / "work", tmp_path / "marks"
     folder.mkdir()

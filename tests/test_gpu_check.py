@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, read_rows
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_gpu_check_dry_run_writes_rows_reports_and_device_figures(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable}
     # The limit only catches a hang: on a loaded 2-core machine the dry run once took over 900 s.

@@ -143,7 +143,7 @@ def test_batches_shape_dtype_and_memory_format(tiny_set, channels_last):
     check_batches(feeder_for(tiny_set, channels_last=channels_last), channels_last)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_batches_from_a_worker_process(tiny_set, channels_last):
     check_batches(feeder_for(tiny_set, workers=1, channels_last=channels_last), channels_last)
@@ -209,7 +209,7 @@ def test_synthetic_input_is_the_original_behaviour():
         assert source.columns([1.0], 12) == {}
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_a_loader_cell_in_process_records_its_input(tiny_set):
     device = detect_device("cpu")
     threads = torch.get_num_threads()
@@ -325,7 +325,7 @@ def test_corrupt_jpeg_mid_run_names_the_file(tmp_path, tiny_set):
     check_corrupt_file_is_named(feeder_for(tmp_path / "train"), victim)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_corrupt_jpeg_in_a_worker_names_the_file(tmp_path, tiny_set):
     victim = corrupt_copy(tiny_set, tmp_path)
     check_corrupt_file_is_named(feeder_for(tmp_path / "train", workers=1), victim)
@@ -377,7 +377,7 @@ def test_gpu_decode_without_a_gpu_is_a_skipped_row(tiny_set):
 # ---------------------------------------------------------------- cells run by the runner (processes)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_loader_cells_write_their_input_columns_and_a_corrupt_file_is_an_error_row(tmp_path, write_grid, tiny_set):
     from bench.run.grid_runner import RunOptions, run_grid
 
@@ -432,7 +432,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_a_killed_cell_leaves_no_loader_workers(tiny_set):
     context = multiprocessing.get_context("fork")  # the cell forks its workers, as in the runner
     receiver, sender = context.Pipe(duplex=False)

@@ -32,13 +32,13 @@ def _measure(model="test_resnet", image_size=64, micro_batch=16, accum_steps=1, 
     return measure_cell(CellTask(cell, CPU, PeakFlops(1e11, "test peak"), flops))
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_peak_memory_falls_with_the_micro_batch_at_fixed_effective_batch():
     peaks = [_measure(micro_batch=mb, accum_steps=16 // mb)["peak_memory_bytes"] for mb in (16, 4, 1)]
     assert peaks[0] > peaks[1] > peaks[2]
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_checkpointing_lowers_activation_memory():
     off = _measure(model="test_vit", checkpointing="off")
     full = _measure(model="test_vit", checkpointing="full")
@@ -46,7 +46,7 @@ def test_checkpointing_lowers_activation_memory():
     assert full["params_bytes"] == off["params_bytes"]
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_row_splits_static_memory_and_traces_every_phase():
     row = _measure(model="test_vit", micro_batch=4, accum_steps=4, optimizer="adamw")
     assert row["memory_source"] == "tracked_tensors"
@@ -130,7 +130,7 @@ def test_datasheet_peak_by_precision():
     assert ensure_peak(DeviceInfo("cuda", "Tesla T4", ("fp32", "fp16"), 1), "bf16", Path("unused")).flops_per_s is None
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_cpu_peak_is_measured_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))  # measured here, not copied from another root
     peak = ensure_peak(CPU, "fp32", tmp_path)

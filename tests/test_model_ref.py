@@ -173,7 +173,7 @@ def test_a_grid_file_runs_model_code_only_when_it_says_so(write_grid):
     assert grid.cells[0].model == FILE_MODEL
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_measure_runs_one_cell_of_a_file_model_and_appends_its_row(tmp_path, capfd):
     args = ["measure", FILE_MODEL, "--micro-batch", "4", "--accum", "2", *SHAPE, "--warmup-steps", "1",
             "--measured-steps", "2", "--device", "cpu", "--results", str(tmp_path)]
@@ -189,7 +189,7 @@ def test_measure_runs_one_cell_of_a_file_model_and_appends_its_row(tmp_path, cap
     assert again.returncode == 0 and "already measured" in again.stdout and len(read_rows(runs)) == 1
 
 
-@pytest.mark.slow  # a process: what a fresh command imports
+@pytest.mark.serial  # a process: what a fresh command imports
 def test_the_shipped_timm_names_are_the_pinned_timms_and_name_checks_read_them_without_timm(tmp_path):
     """bench/data/timm_models.json lets a command on an empty cache check a model's name without importing timm and
     torch (3 s): it must hold the names and deprecated names of the timm constraints.txt pins (rerun

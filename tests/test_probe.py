@@ -36,7 +36,7 @@ def test_a_bad_guess_still_finds_the_limit(guess):
     assert search_largest(lambda n: True, guess=guess, max_batch=512).largest == 512
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_probe_finds_the_limit_under_an_imposed_cap_in_fewer_trials_than_doubling():
     config = ProbeConfig.of("test_resnet", image_size=64, precision="fp32", optimizer="sgd")
     limit_gib = 0.4  # about 100 samples: a few seconds per trial

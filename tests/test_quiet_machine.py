@@ -214,7 +214,7 @@ def test_identity_of_this_machine_is_readable():
     assert identity.cores >= 1 and identity.logical_cpus >= identity.cores and identity.model_name
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_a_cell_is_timed_until_its_interval_target_and_its_row_says_how(tmp_path, write_grid, capfd):
     from tests.conftest import bench_in_process, read_rows, tiny_grid
 

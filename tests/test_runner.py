@@ -21,7 +21,7 @@ def _runs_csv(results, experiment):
     return folder / "runs.csv"
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path, capfd):
     # In this process (the cells are processes of their own): the runner's rows, not its interpreter, are tested.
     results = tmp_path / "results"
@@ -49,7 +49,7 @@ def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path,
     assert list(read_runs(runs).started_utc) == [r["started_utc"] for r in redone]  # the reader: each cell's last
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, tmp_path, capfd):
     # 1 x 2 ResNet: BatchNorm sees one value per channel at 1x1 spatial and raises;
     # 256 x 1 at 128 px needs far more than the 1 GiB cap and runs out of memory.
@@ -69,7 +69,7 @@ def test_out_of_memory_and_errors_become_rows_and_the_grid_goes_on(write_grid, t
     assert broken_rows["2"]["status"] == "ok"
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_a_cell_past_its_time_limit_is_killed_and_recorded(write_grid, tmp_path, capfd):
     grid = write_grid(tiny_grid("slow", model="resnet50", image_size=64, effective_batch=32,
                                 pairs="[[32, 1]]"))
@@ -100,7 +100,7 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_ctrl_c_delivered_to_another_thread_stops_a_wait_on_a_cell_within_a_second():
     def seconds_to_interrupt(wait: str) -> float:
         done = subprocess.run([sys.executable, "-c", _INTERRUPT_WHILE_WAITING, wait], cwd=REPO, capture_output=True,

@@ -245,6 +245,7 @@ def _speed(study_ops, key, gpu: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("study_ops")  # on one worker: the fixture is traced once
 def test_no_predicted_cell_exceeds_75_percent_of_its_dense_peak(study_ops):
     for cell, ops in study_ops.values():
         for gpu in gpu_keys():
@@ -256,6 +257,7 @@ def test_no_predicted_cell_exceeds_75_percent_of_its_dense_peak(study_ops):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("study_ops")  # on one worker: the fixture is traced once
 def test_faster_memory_and_a_newer_gpu_predict_faster(study_ops):
     for key in study_ops:
         if key[1] == "fp16":
@@ -269,6 +271,7 @@ def test_faster_memory_and_a_newer_gpu_predict_faster(study_ops):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("study_ops")  # on one worker: the fixture is traced once
 def test_half_precision_channels_last_is_faster_than_nchw_for_a_conv_net(study_ops):
     checked = 0
     for gpu in gpu_keys():
@@ -290,6 +293,7 @@ def test_half_precision_channels_last_is_faster_than_nchw_for_a_conv_net(study_o
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("study_ops")  # on one worker: the fixture is traced once
 def test_tf32_lies_between_fp32_and_half_precision(study_ops):
     for model in ("resnet50", "vit_base_patch16_224"):
         for gpu in ("A100-40GB", "A100-80GB", "H100-80GB", "L4", "RTX-4090"):
@@ -342,6 +346,7 @@ def test_bands_rest_on_held_out_training_rows_of_both_schemes_only():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("study_ops")  # on one worker: the fixture is traced once
 def test_the_study_models_op_mix_is_what_their_layers_are(study_ops):
     from bench.speed.model import op_mix
 
@@ -508,7 +513,7 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
             assert not memory_fit(double, request.headroom, gpu.memory_gib).fits
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_a_cold_plan_traces_its_configurations_side_by_side_and_answers_as_one_process_does(tmp_path, monkeypatch):
     """Configurations not in the cache are traced in child processes, one each (`_trace_apart`); the plan that reads
     their traces is the one a single process makes, and it counts their traces."""

@@ -53,7 +53,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_help_listings_and_bad_input_load_no_torch(tmp_path):
     env = {**os.environ, "BENCH_CACHE_DIR": str(tmp_path)}
     # timm's model names are cached per timm version, and each model's bounds once read: the first listing of a grid
@@ -84,7 +84,7 @@ READ_AND_REPORT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 def test_reading_rows_and_reporting_them_load_neither_torch_nor_the_estimator(tmp_path):
     """Reading a runs file and `bench report` need the rows' columns and statistics, not the measurement stack:
     a report on a machine without a working torch (or in a notebook) answers in the time it takes to draw."""
@@ -109,7 +109,7 @@ WARM_ANSWER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("args", [
     ["plan", "test_resnet", "--effective-batch", "64", "--image-size", "32", "--gpu", "A100-40GB", "--gpu", "L4"],
     ["probe", "test_vit", "--image-size", "32", "--gpu", "A100-40GB"],
