@@ -6,7 +6,8 @@ outcome, assembled by `cell_row` and checked against its kind's schema
 allows, so a computed row is never `ok` and never read as a measurement. The outcome's parts are
 built here too, each in one place: what the memory trace and the allocator showed
 (`memory_columns`, shared by the runner and the estimator), the timed steps
-(`throughput_columns`), a loader's input (`input_columns`), and a failure (`failure`,
+(`throughput_columns`), a data-parallel cell's ranks combined (`rank_columns`) and the same columns for
+one process (`one_process_columns`), a loader's input (`input_columns`), and a failure (`failure`,
 `failure_from`).
 
 Example: an estimate cannot pose as a measurement:
@@ -23,6 +24,7 @@ Example: an estimate cannot pose as a measurement:
 from __future__ import annotations
 
 import json
+import statistics
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -157,6 +159,52 @@ def throughput_columns(effective_batch: int, step_times_ms: list[float], flops: 
         "mfu_pct": utilization_pct(flops.model, rate, peak.flops_per_s) if flops else None,
         "hfu_pct": utilization_pct(flops.hardware, rate, peak.flops_per_s) if flops else None,
     }
+
+
+def rank_columns(ranks: list[dict], effective_batch: int, global_batch: int, flops: FlopsPerSample | None,
+                 peak: PeakFlops) -> dict:
+    """A data-parallel cell's outcome from its ranks' (each ok, rank 0 first): per step, the slowest rank's time
+    (the all-reduce makes the others wait for it); `peak_memory_bytes` the largest rank's, both extremes kept.
+
+    >>> rank = {"step_times_ms": "[10, 30]", "peak_memory_bytes": 100, "peak_allocated_bytes": None,
+    ...         "peak_reserved_bytes": None, "peak_tracked_bytes": 100, "params_bytes": 10, "grads_bytes": 10,
+    ...         "optimizer_state_bytes": 0, "allreduce_ms_per_step": 1.0, "rank": 0}
+    >>> row = rank_columns([rank, {**rank, "step_times_ms": "[20, 20]", "peak_memory_bytes": 80, "rank": 1}], 4, 8,
+    ...                    None, PeakFlops(None, "none"))
+    >>> row["step_times_ms"], row["peak_memory_max_rank_bytes"], row["peak_memory_min_rank_bytes"]
+    ('[20, 30]', 100, 80)
+    >>> row["samples_per_s"], row["global_samples_per_s"]
+    (160.0, 320.0)
+    """
+    slowest_ms = [max(times) for times in zip(*(json.loads(r["step_times_ms"]) for r in ranks))]
+    peaks = [r["peak_memory_bytes"] for r in ranks]
+    row = {**ranks[0], **throughput_columns(effective_batch, slowest_ms, flops, peak)}
+    static = row["params_bytes"] + row["grads_bytes"] + row["optimizer_state_bytes"]
+    row.update(
+        peak_memory_bytes=max(peaks), activations_peak_bytes=max(peaks) - static,
+        peak_allocated_bytes=_max_or_none(r["peak_allocated_bytes"] for r in ranks),
+        peak_reserved_bytes=_max_or_none(r["peak_reserved_bytes"] for r in ranks),
+        peak_tracked_bytes=max(r["peak_tracked_bytes"] for r in ranks),
+        peak_memory_max_rank_bytes=max(peaks), peak_memory_min_rank_bytes=min(peaks),
+        global_samples_per_s=samples_per_s(global_batch, statistics.median(slowest_ms)),
+        allreduce_ms_per_step=max(r["allreduce_ms_per_step"] for r in ranks),
+    )
+    row.pop("rank")
+    return row
+
+
+def one_process_columns(outcome: dict) -> dict:
+    """A 1-process cell's outcome with the columns that data-parallel rows also carry."""
+    if outcome["status"] != "ok":
+        return outcome
+    peak = outcome["peak_memory_bytes"]
+    return {**outcome, "peak_memory_max_rank_bytes": peak, "peak_memory_min_rank_bytes": peak,
+            "global_samples_per_s": outcome["samples_per_s"]}
+
+
+def _max_or_none(values) -> int | None:
+    present = [value for value in values if value is not None]
+    return max(present) if present else None
 
 
 def input_columns(*, step_wait_ms: list[float], step_times_ms: list[float], effective_batch: int,

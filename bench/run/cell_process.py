@@ -19,9 +19,9 @@ import time
 from bench.isolation import fork_server, wait_in_slices
 from bench.measure.host import cpu_times, load_average_1m, machine_cpus, steal_pct, wait_for_quiet
 from bench.results.provenance import utc_now
-from bench.results.rows import failure
+from bench.results.rows import failure, one_process_columns
 from bench.run.cell_measurement import CellTask, child_main, host_threads
-from bench.run.ddp_launch import run_distributed, single_process_columns
+from bench.run.ddp_launch import run_distributed
 
 _KILL_GRACE_S = 10.0
 
@@ -71,7 +71,7 @@ def machine_busy(task: CellTask, outcome: dict, attempts: int) -> dict:
 
 def _measure(task: CellTask, timeout_s: float) -> dict:
     if task.cell.world_size == 1:
-        return single_process_columns(run_isolated(task, timeout_s, fork_server()))
+        return one_process_columns(run_isolated(task, timeout_s, fork_server()))
     return run_distributed(task, timeout_s)
 
 

@@ -19,12 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from bench.isolation import safe_child_environment
 from bench.measure.cpu import threads_per_rank
-from bench.measure.utilization import samples_per_s
-from bench.results.rows import failure, throughput_columns
+from bench.results.rows import failure, rank_columns
 from bench.run.cell_measurement import CellTask
 
 _LOG_TAIL_CHARS = 400
@@ -82,30 +79,14 @@ def _launch(command: list[str], log: Path, timeout_s: float, env: dict[str, str]
 
 
 def aggregate(task: CellTask, outcomes: dict[int, dict], returncode: int, torchrun_log: str = "") -> dict:
-    """One row's outcome from every rank's: the failure that ended the cell, or the combined figures.
-
-    Step times: per step, the slowest rank (the all-reduce makes the others wait for it).
-    Memory: `peak_memory_bytes` is the largest rank's; both extremes are kept.
-    """
+    """One row's outcome from every rank's: the failure that ended the cell, or the ranks' figures combined
+    (`bench.results.rows.rank_columns`)."""
     failure = _failure(task.cell.world_size, outcomes, returncode, torchrun_log)
     if failure is not None:
         return failure
-    ranks = [outcomes[rank] for rank in range(task.cell.world_size)]
-    slowest_ms = [max(times) for times in zip(*(json.loads(r["step_times_ms"]) for r in ranks))]
-    peaks = [r["peak_memory_bytes"] for r in ranks]
-    row = {**ranks[0], **throughput_columns(task.cell.effective_batch, slowest_ms, task.flops, task.peak)}
-    static = row["params_bytes"] + row["grads_bytes"] + row["optimizer_state_bytes"]
-    row.update(
-        peak_memory_bytes=max(peaks), activations_peak_bytes=max(peaks) - static,
-        peak_allocated_bytes=_max_or_none(r["peak_allocated_bytes"] for r in ranks),
-        peak_reserved_bytes=_max_or_none(r["peak_reserved_bytes"] for r in ranks),
-        peak_tracked_bytes=max(r["peak_tracked_bytes"] for r in ranks),
-        peak_memory_max_rank_bytes=max(peaks), peak_memory_min_rank_bytes=min(peaks),
-        global_samples_per_s=samples_per_s(task.cell.global_batch, float(np.median(slowest_ms))),
-        allreduce_ms_per_step=max(r["allreduce_ms_per_step"] for r in ranks),
-    )
-    row.pop("rank")
-    return row
+    cell = task.cell
+    return rank_columns([outcomes[rank] for rank in range(cell.world_size)], cell.effective_batch, cell.global_batch,
+                        task.flops, task.peak)
 
 
 def _failure(world_size: int, outcomes: dict[int, dict], returncode: int, torchrun_log: str) -> dict | None:
@@ -144,20 +125,6 @@ def rank_exit_codes(torchrun_log: str) -> dict[int, int]:
     """
     found = re.findall(r"rank\s*:\s*(\d+) \(local_rank[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_log)
     return {int(rank): int(code) for rank, code in found}
-
-
-def single_process_columns(outcome: dict) -> dict:
-    """A 1-process cell's outcome with the columns that data-parallel rows also carry."""
-    if outcome["status"] != "ok":
-        return outcome
-    peak = outcome["peak_memory_bytes"]
-    return {**outcome, "peak_memory_max_rank_bytes": peak, "peak_memory_min_rank_bytes": peak,
-            "global_samples_per_s": outcome["samples_per_s"]}
-
-
-def _max_or_none(values) -> int | None:
-    present = [value for value in values if value is not None]
-    return max(present) if present else None
 
 
 def _tail(text: str) -> str:
