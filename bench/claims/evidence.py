@@ -23,7 +23,7 @@ from typing import Literal
 import pandas as pd
 
 from bench.results.store import EQUIVALENCE_CSV, PREDICTED_FOLDER
-from bench.results.read import file_schema, read_runs, read_text
+from bench.results.read import file_schema, read_equivalence, read_runs, read_text
 
 Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic", "torch", "predicted"]
 ROWLESS: tuple[Source, ...] = ("arithmetic", "torch")
@@ -142,7 +142,7 @@ def predicted_rows(results_root: Path, experiment: str, gpu: str) -> Rows | None
 def _equivalence_rows(results_root: Path) -> dict[Source, Rows]:
     """The study's rows, with an id per comparison (model, variant, K) for the table's row lists."""
     for table in sorted(Path(results_root, EQUIVALENCE).glob(f"*/{EQUIVALENCE_CSV}")):
-        frame = pd.read_csv(table, keep_default_na=False, na_values=[""]).astype({"accum_steps": "Int64"})
+        frame = read_equivalence(table)
         frame["cell_id"] = [f"{model}-{variant}-K{'' if pd.isna(k) else k}"
                             for model, variant, k in zip(frame.model, frame.variant, frame.accum_steps)]
         frame["error_message"] = frame.reason.where(frame.status != "ok", "").fillna("")

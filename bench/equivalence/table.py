@@ -18,6 +18,7 @@ from rich.table import Table  # noqa: E402
 
 from bench.equivalence.compare import TOLERANCE, Comparison  # noqa: E402
 from bench.equivalence.variants import VARIANTS  # noqa: E402
+from bench.results.read import read_equivalence  # noqa: E402
 from bench.results.store import EQUIVALENCE_CSV  # noqa: E402
 
 BATCHNORM_PANEL_VARIANTS = ("correct", "checkpoint", "frozen_bn")
@@ -26,8 +27,7 @@ BATCHNORM_PANEL_VARIANTS = ("correct", "checkpoint", "frozen_bn")
 
 def write_study_tables(folder: Path) -> list[Path]:
     """`equivalence.md` and `equivalence.png` from `folder/equivalence.csv`; returns their paths."""
-    table = pd.read_csv(folder / EQUIVALENCE_CSV).astype(
-        {"accum_steps": "Int64", "bn_updates_large_batch": "Int64", "bn_updates_accumulated": "Int64"})
+    table = read_equivalence(folder / EQUIVALENCE_CSV)
     accum_steps = sorted(int(k) for k in table.accum_steps.dropna().unique())
     (folder / "equivalence.md").write_text(study_markdown(table, accum_steps))
     study_chart(table, accum_steps, folder / "equivalence.png")

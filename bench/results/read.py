@@ -223,6 +223,17 @@ def read_runs(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
     return derive(frame) if columns is COLUMNS else frame
 
 
+EQUIVALENCE_COUNTS = ("accum_steps", "bn_updates_large_batch", "bn_updates_accumulated")
+"""The equivalence table's whole-number columns that may be empty (a variant without K)."""
+
+
+def read_equivalence(path: Path) -> pd.DataFrame:
+    """The equivalence study's table (`equivalence.csv`, written by `bench equivalence`): an empty field is missing,
+    any other text is kept as written, and the counts are whole numbers."""
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    return frame.astype({name: "Int64" for name in EQUIVALENCE_COUNTS if name in frame})
+
+
 def typed(rows: list[dict[str, str]], columns: dict[str, Column]) -> pd.DataFrame:
     """Rows of text (already checked by `check_row`; a missing or empty field is empty) as a frame of the schema's
     types. Column by column from plain lists: a runs file has some 130 columns and few rows, so pandas' per-column
