@@ -24,7 +24,6 @@ Example: an estimate cannot pose as a measurement:
 from __future__ import annotations
 
 import json
-import statistics
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -186,7 +185,7 @@ def rank_columns(ranks: list[dict], effective_batch: int, global_batch: int, flo
         peak_reserved_bytes=_max_or_none(r["peak_reserved_bytes"] for r in ranks),
         peak_tracked_bytes=max(r["peak_tracked_bytes"] for r in ranks),
         peak_memory_max_rank_bytes=max(peaks), peak_memory_min_rank_bytes=min(peaks),
-        global_samples_per_s=samples_per_s(global_batch, statistics.median(slowest_ms)),
+        global_samples_per_s=samples_per_s(global_batch, row["step_time_median_ms"]),
         allreduce_ms_per_step=max(r["allreduce_ms_per_step"] for r in ranks),
     )
     row.pop("rank")
