@@ -89,6 +89,16 @@ def bench_in_process(capfd, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["bench", *args], code, out, err)
 
 
+def measured_columns(task) -> dict:
+    """The measured columns of `task`'s cell (a `bench.run.cell_measurement.CellTask`), measured in this process and
+    built as the runner builds them from what a cell's process sends back."""
+    from bench.results.rows import one_process_columns
+    from bench.run.cell_measurement import measured_outcome
+
+    outcome = measured_outcome(task)
+    return outcome if isinstance(outcome, dict) else one_process_columns(outcome, task.cell, task.flops, task.peak)
+
+
 def paragraphs(text: str, prefix: str) -> list[str]:
     """The lines of console `text` that start with `prefix`, each joined with its wrapped continuation lines (those
     indented four more spaces), as one line: what `bench plan` wraps at 120 characters reads back whole."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_grid
+from conftest import measured_columns, tiny_grid
 
 from bench.claims.evaluate import evaluate, evaluate_all
 from bench.claims.evidence import saved_activations_bytes
@@ -25,7 +25,7 @@ from bench.measure.device import detect_device
 from bench.measure.peak import PeakFlops
 from bench.results.schema import PREDICTED_COLUMNS
 from bench.results.store import RunsFile
-from bench.run.cell_measurement import CellTask, measure_cell
+from bench.run.cell_measurement import CellTask
 from bench.run.grid_runner import RunOptions, run_grid
 from bench.train.models import build_model, synthetic_batch
 from bench.train.step import train_step
@@ -163,7 +163,7 @@ def _measure(**axes) -> dict:
     settings = dict(experiment="t", profile="cpu", model="test_resnet", image_size=32, micro_batch=2,
                     accum_steps=2, precision="fp32", checkpointing="off", optimizer="adamw",
                     channels_last=False, warmup_steps=1, measured_steps=1) | axes
-    return measure_cell(CellTask(Cell(**settings), detect_device("cpu"), PeakFlops(None, "test"), None))
+    return measured_columns(CellTask(Cell(**settings), detect_device("cpu"), PeakFlops(None, "test"), None))
 
 
 @pytest.fixture(scope="module")

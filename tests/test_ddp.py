@@ -21,8 +21,10 @@ from bench.grid.cell import Cell
 from bench.grid.spec import load_grid, with_world_size
 from bench.measure.cpu import threads_per_rank
 from bench.measure.device import DeviceInfo
+from bench.measure.memory import TracedStep
 from bench.measure.peak import PeakFlops
 from bench.results.read import read_runs
+from bench.results.rows import TRACKED_CATEGORIES, AllreduceMeasurement, ProcessMeasurement
 from bench.results.store import RunsFile
 from bench.run import start_cell_server
 from bench.run.cell_measurement import CellTask
@@ -154,11 +156,11 @@ def _task(world_size: int = 2) -> CellTask:
     return CellTask(cell, DeviceInfo("cpu", "cpu", ("fp32",), 2), PeakFlops(None, "none"), None)
 
 
-def _rank_outcome(step_times_ms: list[float], peak: int, allreduce_ms: float) -> dict:
-    return {"status": "ok", "rank": 0, "step_times_ms": json.dumps(step_times_ms), "peak_memory_bytes": peak,
-            "peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_tracked_bytes": peak,
-            "params_bytes": 10, "grads_bytes": 10, "optimizer_state_bytes": 0, "allreduce_ms_per_step": allreduce_ms,
-            "allreduce_calls_per_step": 1.0, "synced_backwards_per_step": 1.0}
+def _rank_outcome(step_times_ms: list[float], peak: int, allreduce_ms: float) -> ProcessMeasurement:
+    traced = TracedStep(grads_bytes=10, tracked_peak_bytes={"total": peak, **dict.fromkeys(TRACKED_CATEGORIES, 0)})
+    return ProcessMeasurement(step_times_ms, traced, "tracked_tensors", None, None, params_bytes=10,
+                              optimizer_state_bytes=0, param_count=5, host_threads=1, cpu_threads=1,
+                              allreduce=AllreduceMeasurement(3, 3, allreduce_ms * len(step_times_ms)))
 
 
 def test_ranks_combine_into_one_row_paced_by_the_slowest_rank():

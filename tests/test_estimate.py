@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import bench_in_process, read_rows
+from conftest import bench_in_process, measured_columns, read_rows
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -12,7 +12,7 @@ from bench.memory.allocator import CUDA_BLOCK_BYTES, CUDA_SEGMENT_BYTES
 from bench.memory.estimate import WORKSPACE_ALLOWANCE_BYTES, estimate_cell
 from bench.memory.fake_models import FakeModels
 from bench.results.schema import ESTIMATE_COLUMNS
-from bench.run.cell_measurement import CellTask, measure_cell
+from bench.run.cell_measurement import CellTask
 
 CPU = DeviceInfo("cpu", "test cpu", ("fp32", "bf16", "fp16"), 2)
 
@@ -37,7 +37,7 @@ def test_estimate_equals_the_cpu_runners_tracked_measurement(model, precision, c
     # Equal to 4 digits, mostly to the byte: a few real CPU kernels allocate a little more than
     # their fake counterparts (seen: 256 bytes of 6 MB, bf16 ResNet with checkpointing).
     cell = _cell(model, precision, checkpointing, optimizer, accum_steps)
-    measured = measure_cell(CellTask(cell, CPU, PeakFlops(None, "not measured"), None))
+    measured = measured_columns(CellTask(cell, CPU, PeakFlops(None, "not measured"), None))
     estimate = estimate_cell(cell, "cpu")
     assert estimate.tracked_peak_bytes == pytest.approx(measured["peak_tracked_bytes"], rel=1e-4, abs=0)
     assert estimate.peak_bytes == estimate.tracked_peak_bytes and estimate.peak_allocated_bytes is None

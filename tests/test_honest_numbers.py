@@ -22,11 +22,11 @@ from bench.measure.step_stats import NOISY_CI95_REL, summarize_step_times
 from bench.measure.timing import TimingPolicy
 from bench.report import build_report
 from bench.report.console import console, summary_table
-from bench.results.rows import config_columns
+from bench.results.rows import config_columns, keep_narrower
 from bench.results.schema import COLUMNS, ESTIMATE_COLUMNS
 from bench.results.store import RunsFile
 from bench.run.cell_measurement import CellTask
-from bench.run.cell_process import keep_narrower, run_cell
+from bench.run.cell_process import run_cell
 from bench.units import GIB
 
 CLAIM = {claim.id: claim for claim in CLAIMS}

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import measured_columns
+
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
 from bench.measure.flops import flops_per_sample
@@ -16,7 +18,7 @@ from bench.measure.memory import optimizer_state_bytes, unique_tensor_bytes
 from bench.measure.peak import PeakFlops, ensure_peak
 from bench.measure.step_stats import summarize_step_times
 from bench.measure.utilization import samples_per_s, utilization_pct
-from bench.run.cell_measurement import CellTask, measure_cell
+from bench.run.cell_measurement import CellTask
 from bench.train.models import build_model
 from bench.train.optim import build_optimizer
 
@@ -29,7 +31,7 @@ def _measure(model="test_resnet", image_size=64, micro_batch=16, accum_steps=1, 
                 accum_steps=accum_steps, precision=precision, checkpointing=checkpointing,
                 optimizer=optimizer, channels_last=False, warmup_steps=1, measured_steps=2)
     flops = flops_per_sample(model, image_size, checkpointing)
-    return measure_cell(CellTask(cell, CPU, PeakFlops(1e11, "test peak"), flops))
+    return measured_columns(CellTask(cell, CPU, PeakFlops(1e11, "test peak"), flops))
 
 
 @pytest.mark.serial

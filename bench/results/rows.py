@@ -4,11 +4,12 @@ A cell's row is its configuration and device (`config_columns`), the provenance 
 outcome, assembled by `cell_row` and checked against its kind's schema
 (`bench.results.schema.SCHEMAS`): no column the kind does not declare, and a status the kind
 allows, so a computed row is never `ok` and never read as a measurement. The outcome's parts are
-built here too, each in one place: what the memory trace and the allocator showed
-(`memory_columns`, shared by the runner and the estimator), the timed steps
-(`throughput_columns`), a data-parallel cell's ranks combined (`rank_columns`) and the same columns for
-one process (`one_process_columns`), a loader's input (`input_columns`), and a failure (`failure`,
-`failure_from`).
+built here too, each in one place. A measured cell's process returns what it measured as it measured
+it (`ProcessMeasurement`: step times, the trace, the allocator's peaks, a loader's waits, the
+all-reduces), and its columns are computed here: one process's (`one_process_columns`), a
+data-parallel cell's ranks combined (`rank_columns`), from the memory trace and the allocator
+(`memory_columns`, shared with the estimator), the timed steps (`throughput_columns`) and a loader's
+input (`input_columns`); and a failure (`failure`, `failure_from`).
 
 Example: an estimate cannot pose as a measurement:
     >>> from bench.measure.device import DeviceInfo
@@ -24,6 +25,7 @@ Example: an estimate cannot pose as a measurement:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -35,6 +37,7 @@ from bench.measure.input_pipeline import (
     input_wait,
     is_input_bound,
 )
+from bench.measure.host import loaded
 from bench.measure.memory import TracedStep
 from bench.measure.peak import PeakFlops
 from bench.measure.step_stats import summarize_step_times
@@ -160,45 +163,173 @@ def throughput_columns(effective_batch: int, step_times_ms: list[float], flops: 
     }
 
 
-def rank_columns(ranks: list[dict], effective_batch: int, global_batch: int, flops: FlopsPerSample | None,
-                 peak: PeakFlops) -> dict:
-    """A data-parallel cell's outcome from its ranks' (each ok, rank 0 first): per step, the slowest rank's time
-    (the all-reduce makes the others wait for it); `peak_memory_bytes` the largest rank's, both extremes kept.
+@dataclass(frozen=True)
+class InputMeasurement:
+    """What a loader cell measured of its input beside the timed steps (`bench.run.cell_input.LoaderInput`)."""
 
-    >>> rank = {"step_times_ms": "[10, 30]", "peak_memory_bytes": 100, "peak_allocated_bytes": None,
-    ...         "peak_reserved_bytes": None, "peak_tracked_bytes": 100, "params_bytes": 10, "grads_bytes": 10,
-    ...         "optimizer_state_bytes": 0, "allreduce_ms_per_step": 1.0, "rank": 0}
-    >>> row = rank_columns([rank, {**rank, "step_times_ms": "[20, 20]", "peak_memory_bytes": 80, "rank": 1}], 4, 8,
-    ...                    None, PeakFlops(None, "none"))
+    step_wait_ms: list[float]
+    """Per timed step: the host time its micro-batches took to arrive."""
+    loader: LoaderAlone
+    main: ProcessMemory
+    """The training process's memory, while the workers still held a training-time prefetch."""
+    workers: list[ProcessMemory]
+    pinned_peak_bytes: int
+    host_cpu_model: str
+    host_cpus: int
+    data: dict
+    """The data set's columns (`bench.train.data.ImageData.columns`)."""
+
+
+@dataclass(frozen=True)
+class AllreduceMeasurement:
+    """A data-parallel rank's all-reduces over its timed steps (`bench.run.ddp_rank.AllreduceMeter`)."""
+
+    bucket_calls: int
+    synced_backwards: int
+    """Backwards that all-reduced, however bucketed."""
+    total_ms: float
+    """Launch-to-completion time summed over the all-reduces."""
+
+
+@dataclass(frozen=True)
+class ProcessMeasurement:
+    """What one process of a measured cell measured, as it measured it; its row's columns come from here only.
+
+    A cell's process (`bench.run.cell_measurement`) sends this back, or a `failure`; a data-parallel cell has one
+    per rank, rank 0 first.
+    """
+
+    step_times_ms: list[float]
+    """Each timed optimizer step's wall time (synchronised on a GPU)."""
+    traced: TracedStep
+    memory_source: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    """The caching allocator's peaks over the timed steps; None without one (CPU)."""
+    params_bytes: int
+    optimizer_state_bytes: int
+    param_count: int
+    host_threads: int
+    """The cores the process needed to itself: judged against the foreign load it was timed under."""
+    cpu_threads: int | None = None
+    """The intra-op threads it ran with where they differ from the device's (a DDP rank's share, a loader's
+    training process); None: the device's."""
+    expandable_segments: bool | None = None
+    warmup_steps_run: int = 0
+    ci95_target_rel: float | None = None
+    ci95_target_met: bool | None = None
+    foreign_load_cores: float | None = None
+    reference_flops_per_s_before: float | None = None
+    reference_flops_per_s_after: float | None = None
+    input: InputMeasurement | None = None
+    """A loader cell's input; None for synthetic micro-batches."""
+    allreduce: AllreduceMeasurement | None = None
+    """A data-parallel rank's all-reduces; None in one process."""
+
+
+def one_process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSample | None,
+                        peak: PeakFlops) -> dict:
+    """A 1-process cell's measured columns, with the columns that data-parallel rows also carry."""
+    columns = process_columns(measured, cell, flops, peak)
+    return {**columns, "peak_memory_max_rank_bytes": columns["peak_memory_bytes"],
+            "peak_memory_min_rank_bytes": columns["peak_memory_bytes"],
+            "global_samples_per_s": columns["samples_per_s"]}
+
+
+def process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSample | None, peak: PeakFlops,
+                    step_times_ms: list[float] | None = None) -> dict:
+    """One process's measured columns (status ok): its memory, its timed steps (or `step_times_ms`, a data-parallel
+    cell's slowest rank per step), its input and all-reduces, and how it was timed."""
+    foreign = measured.foreign_load_cores
+    allreduce, steps = measured.allreduce, len(measured.step_times_ms)
+    return {
+        "status": "ok",
+        **memory_columns(memory_source=measured.memory_source, traced=measured.traced,
+                         peak_allocated_bytes=measured.peak_allocated_bytes,
+                         peak_reserved_bytes=measured.peak_reserved_bytes, params_bytes=measured.params_bytes,
+                         optimizer_state_bytes=measured.optimizer_state_bytes, param_count=measured.param_count),
+        **throughput_columns(cell.effective_batch, step_times_ms or measured.step_times_ms, flops, peak),
+        **({"allreduce_calls_per_step": allreduce.bucket_calls / steps,
+            "synced_backwards_per_step": allreduce.synced_backwards / steps,
+            "allreduce_ms_per_step": allreduce.total_ms / steps} if allreduce else {}),
+        **(input_columns(measured.input, measured.step_times_ms, cell.effective_batch) if measured.input else {}),
+        **({"cpu_threads": measured.cpu_threads} if measured.cpu_threads is not None else {}),
+        "expandable_segments": measured.expandable_segments,
+        "warmup_steps_run": measured.warmup_steps_run,
+        "ci95_target_rel": measured.ci95_target_rel,
+        "ci95_target_met": measured.ci95_target_met,
+        "foreign_load_cores": None if foreign is None else round(foreign, 3),
+        "loaded": loaded(foreign, measured.host_threads),
+        "reference_flops_per_s_before": measured.reference_flops_per_s_before,
+        "reference_flops_per_s_after": measured.reference_flops_per_s_after,
+    }
+
+
+def rank_columns(ranks: list[ProcessMeasurement], cell: Cell, flops: FlopsPerSample | None, peak: PeakFlops) -> dict:
+    """A data-parallel cell's measured columns from its ranks' measurements (rank 0 first): per step, the slowest
+    rank's time (the all-reduce makes the others wait for it); the peak the largest rank's, both extremes kept;
+    the all-reduce time the slowest rank's; the rest rank 0's.
+
+    >>> def rank(times, peak_bytes, allreduce_ms):
+    ...     traced = TracedStep(grads_bytes=10, tracked_peak_bytes={"total": peak_bytes,
+    ...                                                             **dict.fromkeys(TRACKED_CATEGORIES, 0)})
+    ...     return ProcessMeasurement(times, traced, "tracked_tensors",
+    ...                               None, None, params_bytes=10, optimizer_state_bytes=0, param_count=3,
+    ...                               host_threads=1, allreduce=AllreduceMeasurement(2, 2, allreduce_ms))
+    >>> cell = Cell(experiment="e", profile="cpu", model="m", image_size=32, micro_batch=2, accum_steps=2,
+    ...             precision="fp32", checkpointing="off", optimizer="sgd", channels_last=False, warmup_steps=1,
+    ...             measured_steps=2, world_size=2)
+    >>> row = rank_columns([rank([10, 30], 100, 2.0), rank([20, 20], 80, 4.0)], cell, None, PeakFlops(None, "none"))
     >>> row["step_times_ms"], row["peak_memory_max_rank_bytes"], row["peak_memory_min_rank_bytes"]
     ('[20, 30]', 100, 80)
-    >>> row["samples_per_s"], row["global_samples_per_s"]
-    (160.0, 320.0)
+    >>> row["samples_per_s"], row["global_samples_per_s"], row["allreduce_ms_per_step"]
+    (160.0, 320.0, 2.0)
     """
-    slowest_ms = [max(times) for times in zip(*(json.loads(r["step_times_ms"]) for r in ranks))]
-    peaks = [r["peak_memory_bytes"] for r in ranks]
-    row = {**ranks[0], **throughput_columns(effective_batch, slowest_ms, flops, peak)}
+    slowest_ms = [max(times) for times in zip(*(r.step_times_ms for r in ranks))]
+    each = [process_columns(r, cell, flops, peak) for r in ranks]
+    peaks = [columns["peak_memory_bytes"] for columns in each]
+    row = process_columns(ranks[0], cell, flops, peak, step_times_ms=slowest_ms)
     static = row["params_bytes"] + row["grads_bytes"] + row["optimizer_state_bytes"]
     row.update(
         peak_memory_bytes=max(peaks), activations_peak_bytes=max(peaks) - static,
-        peak_allocated_bytes=_max_or_none(r["peak_allocated_bytes"] for r in ranks),
-        peak_reserved_bytes=_max_or_none(r["peak_reserved_bytes"] for r in ranks),
-        peak_tracked_bytes=max(r["peak_tracked_bytes"] for r in ranks),
+        peak_allocated_bytes=_max_or_none(columns["peak_allocated_bytes"] for columns in each),
+        peak_reserved_bytes=_max_or_none(columns["peak_reserved_bytes"] for columns in each),
+        peak_tracked_bytes=max(columns["peak_tracked_bytes"] for columns in each),
         peak_memory_max_rank_bytes=max(peaks), peak_memory_min_rank_bytes=min(peaks),
-        global_samples_per_s=samples_per_s(global_batch, row["step_time_median_ms"]),
-        allreduce_ms_per_step=max(r["allreduce_ms_per_step"] for r in ranks),
+        global_samples_per_s=samples_per_s(cell.global_batch, row["step_time_median_ms"]),
+        allreduce_ms_per_step=max(columns["allreduce_ms_per_step"] for columns in each),
     )
-    row.pop("rank")
     return row
 
 
-def one_process_columns(outcome: dict) -> dict:
-    """A 1-process cell's outcome with the columns that data-parallel rows also carry."""
-    if outcome["status"] != "ok":
-        return outcome
-    peak = outcome["peak_memory_bytes"]
-    return {**outcome, "peak_memory_max_rank_bytes": peak, "peak_memory_min_rank_bytes": peak,
-            "global_samples_per_s": outcome["samples_per_s"]}
+def keep_narrower(first: dict, second: dict) -> dict:
+    """The better-behaved of two measurements of one cell (the narrower interval of the median step
+    time), with the other's step times and dispersion kept beside it.
+
+    >>> a = {"status": "ok", "step_times_ms": "[1]", "step_time_ci95_rel": 0.3}
+    >>> b = {"status": "ok", "step_times_ms": "[2]", "step_time_ci95_rel": 0.05}
+    >>> kept = keep_narrower(a, b)
+    >>> kept["step_times_ms"], kept["discarded_ci95_rel"], kept["remeasured"]
+    ('[2]', 0.3, True)
+    """
+    if second["status"] != "ok":  # the second run failed: the first stands, and says it was retried
+        return {**first, "remeasured": True, "discarded_step_times_ms": None, "discarded_ci95_rel": None}
+    kept, other = (second, first) if second["step_time_ci95_rel"] < first["step_time_ci95_rel"] else (first, second)
+    return {**kept, "remeasured": True, "discarded_step_times_ms": other["step_times_ms"],
+            "discarded_ci95_rel": other["step_time_ci95_rel"]}
+
+
+def measured_once(outcome: dict) -> dict:
+    """A measurement that was not taken again (`keep_narrower` says when one was)."""
+    return {**outcome, "remeasured": False}
+
+
+def attempt_columns(*, started_utc: str, duration_s: float, load_avg_1m: float | None,
+                    load_avg_1m_after: float | None, quiet_wait_s: float, cpu_steal_pct: float | None) -> dict:
+    """When a cell ran, for how long (its wait for a quiet machine included), and how loaded the host was: every
+    outcome's, a failure's too."""
+    return {"started_utc": started_utc, "duration_s": round(duration_s, 3), "load_avg_1m": load_avg_1m,
+            "load_avg_1m_after": load_avg_1m_after, "quiet_wait_s": quiet_wait_s, "cpu_steal_pct": cpu_steal_pct}
 
 
 def _max_or_none(values) -> int | None:
@@ -206,14 +337,13 @@ def _max_or_none(values) -> int | None:
     return max(present) if present else None
 
 
-def input_columns(*, step_wait_ms: list[float], step_times_ms: list[float], effective_batch: int,
-                  loader: LoaderAlone, main: ProcessMemory, workers: list[ProcessMemory], pinned_peak_bytes: int,
-                  host_cpu_model: str, host_cpus: int, data: dict) -> dict:
+def input_columns(measured: InputMeasurement, step_times_ms: list[float], effective_batch: int) -> dict:
     """What a loader cell records beside the step: its input wait, the loader alone, host memory, the data set."""
-    wait = input_wait(step_wait_ms, step_times_ms, effective_batch)
-    pss = [m.pss_bytes for m in (main, *workers)]
+    wait = input_wait(measured.step_wait_ms, step_times_ms, effective_batch)
+    loader, processes = measured.loader, (measured.main, *measured.workers)
+    pss = [m.pss_bytes for m in processes]
     return {
-        "input_wait_ms": json.dumps([round(w, 4) for w in step_wait_ms]),
+        "input_wait_ms": json.dumps([round(w, 4) for w in measured.step_wait_ms]),
         "input_wait_median_ms": wait.median_ms,
         "input_wait_p90_ms": wait.p90_ms,
         "input_wait_pct": wait.pct,
@@ -222,13 +352,13 @@ def input_columns(*, step_wait_ms: list[float], step_times_ms: list[float], effe
         "loader_samples_per_s_min": loader.samples_per_s_min,
         "loader_samples_per_s_max": loader.samples_per_s_max,
         "loader_cpu_ms_per_sample": loader.cpu_ms_per_sample,
-        "host_rss_main_bytes": main.rss_bytes,
-        "host_rss_workers_bytes": sum(m.rss_bytes or 0 for m in workers),
+        "host_rss_main_bytes": measured.main.rss_bytes,
+        "host_rss_workers_bytes": sum(m.rss_bytes or 0 for m in measured.workers),
         "host_pss_total_bytes": None if None in pss else sum(pss),
-        "pinned_peak_bytes": pinned_peak_bytes,
-        "host_cpu_model": host_cpu_model,
-        "host_cpus": host_cpus,
-        **data,
+        "pinned_peak_bytes": measured.pinned_peak_bytes,
+        "host_cpu_model": measured.host_cpu_model,
+        "host_cpus": measured.host_cpus,
+        **measured.data,
     }
 
 

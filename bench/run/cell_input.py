@@ -3,7 +3,7 @@
     with open_input(task, device) as source:          # before warm-up
         train_step(model, optimizer, source.step(K), ...)   # every step
         source.start_measuring()                      # just before the timed steps
-        row.update(source.columns(step_times_ms))     # after them
+        source.measured()                             # after them
 
 `synthetic` is the harness's original input: one random micro-batch made on the device, reused
 for every micro-step. `loader` and `loader_gpu_decode` read JPEG files through the DataLoader of
@@ -33,7 +33,7 @@ from bench.measure.input_pipeline import (
     process_memory,
     usable_cpus,
 )
-from bench.results.rows import input_columns
+from bench.results.rows import InputMeasurement
 from bench.train.data import (
     Augment,
     CorruptImageError,
@@ -64,8 +64,8 @@ class InputSource(Protocol):
     def start_measuring(self) -> None:
         """Forget what warm-up and tracing did."""
 
-    def columns(self, step_times_ms: list[float], effective_batch: int) -> dict:
-        """This input's columns of the row, over the timed steps."""
+    def measured(self) -> InputMeasurement | None:
+        """What this input measured over the timed steps; None where it measures nothing."""
 
 
 class SyntheticInput:
@@ -80,8 +80,8 @@ class SyntheticInput:
     def start_measuring(self) -> None:
         pass
 
-    def columns(self, step_times_ms: list[float], effective_batch: int) -> dict:
-        return {}
+    def measured(self) -> None:
+        return None
 
 
 class MicroBatchFeeder:
@@ -234,17 +234,14 @@ class LoaderInput:
     def start_measuring(self) -> None:
         self.feeder.start_measuring()
 
-    def columns(self, step_times_ms: list[float], effective_batch: int) -> dict:
+    def measured(self) -> InputMeasurement:
         """Wait and memory of the timed steps, then the loader alone (after training, so the two
         never compete for the cores)."""
         main = process_memory(os.getpid())  # while the workers still hold a training-time prefetch
         workers = [process_memory(pid) for pid in self.feeder.worker_pids()]
-        alone = loader_alone(self.feeder)
-        return {**input_columns(step_wait_ms=self.feeder.step_wait_ms, step_times_ms=step_times_ms,
-                                effective_batch=effective_batch, loader=alone, main=main, workers=workers,
-                                pinned_peak_bytes=pinned_peak_bytes(self.feeder.device),
-                                host_cpu_model=cpu_model_name(), host_cpus=usable_cpus(), data=self.data.columns),
-                "cpu_threads": torch.get_num_threads()}
+        return InputMeasurement(step_wait_ms=list(self.feeder.step_wait_ms), loader=loader_alone(self.feeder),
+                                main=main, workers=workers, pinned_peak_bytes=pinned_peak_bytes(self.feeder.device),
+                                host_cpu_model=cpu_model_name(), host_cpus=usable_cpus(), data=self.data.columns)
 
     def close(self) -> None:
         self.feeder.close()

@@ -1,8 +1,9 @@
-"""Inside one cell's process: build, warm up, trace, time, and report one row's measurements.
+"""Inside one cell's process: build, warm up, trace, time, and report what was measured.
 
 The runner forks each cell from a server that has already imported this module (and so
-torch and timm), then talks to it only through a pipe: what comes back is a plain dict whose
-columns are built by `bench.results.schema`.
+torch and timm), then talks to it only through a pipe: what comes back is what the process
+measured, as it measured it (`bench.results.rows.ProcessMeasurement`), or the failure's columns;
+the row's columns are computed from it by `bench.results.rows`.
 """
 
 from __future__ import annotations
@@ -33,15 +34,10 @@ from bench.measure.memory import (
     reset_allocator_peak,
     trace_step,
 )
-from bench.measure.host import QuietPolicy, foreign_load_cores, loaded, read_load
+from bench.measure.host import QuietPolicy, foreign_load_cores, read_load
 from bench.measure.peak import PeakFlops, reference_flops_per_s
 from bench.measure.timing import TimingPolicy, time_until_stable, warm_up
-from bench.results.rows import (
-    failure,
-    failure_from,
-    memory_columns,
-    throughput_columns,
-)
+from bench.results.rows import AllreduceMeasurement, ProcessMeasurement, failure, failure_from
 from bench.run.cell_input import LoaderUnavailable, open_input
 from bench.train.data import ImageData
 from bench.train.optim import OptimizerUnavailable
@@ -89,8 +85,8 @@ class Distribution(Protocol):
     def start_measuring(self) -> None:
         """Called just before the timed steps: forget what warm-up and tracing did."""
 
-    def columns(self, measured_steps: int) -> dict:
-        """This process's extra columns, over the timed steps."""
+    def allreduces(self) -> AllreduceMeasurement:
+        """This process's all-reduces over the timed steps."""
 
 
 def child_main(task: CellTask, connection: Connection) -> None:
@@ -108,27 +104,28 @@ def child_main(task: CellTask, connection: Connection) -> None:
         os._exit(0)
 
 
-def measured_outcome(task: CellTask, distribution: Distribution | None = None) -> dict:
-    """The cell's outcome: its measured columns with status ok, or the failure as a row's columns."""
+def measured_outcome(task: CellTask, distribution: Distribution | None = None) -> ProcessMeasurement | dict:
+    """The cell's outcome in this process: what it measured, or the failure as a row's columns."""
     try:
         # The allocator's setting first: the memory cap (and DDP's set_device) initialise CUDA, after which
         # PYTORCH_CUDA_ALLOC_CONF is no longer read.
         configure_allocator(task.cell.allocator, torch.device(task.device.type))
         _apply_memory_limit(task)
-        return {"status": "ok", **measure_cell(task, distribution)}
+        return measure_cell(task, distribution)
     except (OptimizerUnavailable, AllocatorUnavailable, LoaderUnavailable) as exc:
         return failure("skipped", type(exc).__name__, str(exc))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         return failure_from(exc)
 
 
-def measure_cell(task: CellTask, distribution: Distribution | None = None) -> dict:
-    """Run one cell (one rank of it, under `distribution`) and return its measured columns."""
+def measure_cell(task: CellTask, distribution: Distribution | None = None) -> ProcessMeasurement:
+    """Run one cell (one rank of it, under `distribution`) and return what it measured."""
     with contextlib.ExitStack() as cleanup:  # a loader's workers stop however the cell ends
         return _measure_cell(task, distribution, cleanup)
 
 
-def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: contextlib.ExitStack) -> dict:
+def _measure_cell(task: CellTask, distribution: Distribution | None,
+                  cleanup: contextlib.ExitStack) -> ProcessMeasurement:
     cell, device = task.cell, torch.device(task.device.type)
     if distribution is None:  # a DDP rank's threads are its share of the cores (bench.run.ddp_rank)
         configure_threads(task.device)
@@ -162,26 +159,19 @@ def _measure_cell(task: CellTask, distribution: Distribution | None, cleanup: co
     # Under DDP the other ranks are part of the cell, not foreign load: not measured there.
     foreign = None if distribution else foreign_load_cores(load_before, read_load())
     reference_after = reference_flops_per_s() if probe_speed else None
-    step_times_ms = timed.samples_ms
     peak_allocated, peak_reserved = allocator_peaks(device)
-
-    return {
-        **memory_columns(memory_source="cuda_allocator" if device.type == "cuda" else "tracked_tensors",
-                         traced=traced, peak_allocated_bytes=peak_allocated, peak_reserved_bytes=peak_reserved,
-                         params_bytes=param_bytes(model), optimizer_state_bytes=optimizer_state_bytes(optimizer),
-                         param_count=sum(p.numel() for p in model.parameters())),
-        **throughput_columns(cell.effective_batch, step_times_ms, task.flops, task.peak),
-        **(distribution.columns(cell.measured_steps) if distribution else {}),
-        **source.columns(step_times_ms, cell.effective_batch),
-        "expandable_segments": expandable_segments_in_effect(device),
-        "warmup_steps_run": warmup_steps_run,
-        "ci95_target_rel": policy.target_ci95_rel,
-        "ci95_target_met": timed.target_met,
-        "foreign_load_cores": None if foreign is None else round(foreign, 3),
-        "loaded": loaded(foreign, host_threads(task)),
-        "reference_flops_per_s_before": reference_before,
-        "reference_flops_per_s_after": reference_after,
-    }
+    input_measured = source.measured()  # after the peaks: a loader is then timed alone
+    return ProcessMeasurement(
+        step_times_ms=timed.samples_ms, traced=traced,
+        memory_source="cuda_allocator" if device.type == "cuda" else "tracked_tensors",
+        peak_allocated_bytes=peak_allocated, peak_reserved_bytes=peak_reserved, params_bytes=param_bytes(model),
+        optimizer_state_bytes=optimizer_state_bytes(optimizer), param_count=sum(p.numel() for p in model.parameters()),
+        host_threads=host_threads(task),
+        cpu_threads=torch.get_num_threads() if distribution or input_measured else None,
+        expandable_segments=expandable_segments_in_effect(device), warmup_steps_run=warmup_steps_run,
+        ci95_target_rel=policy.target_ci95_rel, ci95_target_met=timed.target_met, foreign_load_cores=foreign,
+        reference_flops_per_s_before=reference_before, reference_flops_per_s_after=reference_after,
+        input=input_measured, allreduce=distribution.allreduces() if distribution else None)
 
 
 def rank_policy(policy: TimingPolicy) -> TimingPolicy:

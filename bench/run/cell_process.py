@@ -1,7 +1,8 @@
 """One cell's process(es): forked from the server for one process, torchrun for several.
 
 Whatever happens inside, the caller gets one outcome dict (status, measured columns or the
-failure, when it started and how long it took, how loaded the host was), so an executor can run
+failure, when it started and how long it took, how loaded the host was; each column computed by
+`bench.results.rows` from what the cell's process sent back), so an executor can run
 a cell here or on a cluster node and write the same row. Before a cell, the runner waits (bounded)
 for other work to leave the cell's cores free; a measurement timed under foreign load says so
 (`loaded`), and under `--require-quiet` is taken again and, still loaded, recorded as a failure. A
@@ -19,7 +20,14 @@ import time
 from bench.isolation import fork_server, wait_in_slices
 from bench.measure.host import cpu_times, load_average_1m, machine_cpus, steal_pct, wait_for_quiet
 from bench.results.provenance import utc_now
-from bench.results.rows import failure, one_process_columns
+from bench.results.rows import (
+    ProcessMeasurement,
+    attempt_columns,
+    failure,
+    keep_narrower,
+    measured_once,
+    one_process_columns,
+)
 from bench.run.cell_measurement import CellTask, child_main, host_threads
 from bench.run.ddp_launch import run_distributed
 
@@ -43,10 +51,10 @@ def run_cell(task: CellTask, timeout_s: float) -> dict:
     elif outcome["status"] == "ok" and outcome.get("noisy") and task.timing_policy.target_ci95_rel is not None:
         outcome = keep_narrower(outcome, _measure(task, timeout_s))  # exactly N steps (no target): once, flagged
     elif outcome["status"] == "ok":
-        outcome = {**outcome, "remeasured": False}
-    return {**outcome, "started_utc": started, "duration_s": round(time.monotonic() - began, 3),
-            "load_avg_1m": load, "load_avg_1m_after": load_average_1m(), "quiet_wait_s": waited_s,
-            "cpu_steal_pct": steal_pct(times, cpu_times())}
+        outcome = measured_once(outcome)
+    return {**outcome, **attempt_columns(started_utc=started, duration_s=time.monotonic() - began, load_avg_1m=load,
+                                         load_avg_1m_after=load_average_1m(), quiet_wait_s=waited_s,
+                                         cpu_steal_pct=steal_pct(times, cpu_times()))}
 
 
 def _wait_for_quiet(task: CellTask) -> float:
@@ -71,29 +79,13 @@ def machine_busy(task: CellTask, outcome: dict, attempts: int) -> dict:
 
 def _measure(task: CellTask, timeout_s: float) -> dict:
     if task.cell.world_size == 1:
-        return one_process_columns(run_isolated(task, timeout_s, fork_server()))
+        return run_isolated(task, timeout_s, fork_server())
     return run_distributed(task, timeout_s)
 
 
-def keep_narrower(first: dict, second: dict) -> dict:
-    """The better-behaved of two measurements of one cell (the narrower interval of the median step
-    time), with the other's step times and dispersion kept beside it.
-
-    >>> a = {"status": "ok", "step_times_ms": "[1]", "step_time_ci95_rel": 0.3}
-    >>> b = {"status": "ok", "step_times_ms": "[2]", "step_time_ci95_rel": 0.05}
-    >>> kept = keep_narrower(a, b)
-    >>> kept["step_times_ms"], kept["discarded_ci95_rel"], kept["remeasured"]
-    ('[2]', 0.3, True)
-    """
-    if second["status"] != "ok":  # the second run failed: the first stands, and says it was retried
-        return {**first, "remeasured": True, "discarded_step_times_ms": None, "discarded_ci95_rel": None}
-    kept, other = (second, first) if second["step_time_ci95_rel"] < first["step_time_ci95_rel"] else (first, second)
-    return {**kept, "remeasured": True, "discarded_step_times_ms": other["step_times_ms"],
-            "discarded_ci95_rel": other["step_time_ci95_rel"]}
-
-
 def run_isolated(task: CellTask, timeout_s: float, context: multiprocessing.context.BaseContext) -> dict:
-    """One cell in a child process: its outcome, or a timeout/crash outcome if it never reports."""
+    """One cell in a child process: its outcome (the measured columns, `bench.results.rows.one_process_columns`, or
+    the failure's), or a timeout/crash outcome if it never reports."""
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=child_main, args=(task, sender), name=task.cell.cell_id)
     process.start()
@@ -111,6 +103,8 @@ def run_isolated(task: CellTask, timeout_s: float, context: multiprocessing.cont
             wait_in_slices(exited, _KILL_GRACE_S)
             return _crash_outcome(process.exitcode)
         wait_in_slices(exited, _KILL_GRACE_S)  # it has reported and is exiting
+        if isinstance(outcome, ProcessMeasurement):
+            return one_process_columns(outcome, task.cell, task.flops, task.peak)
         return outcome
     finally:
         receiver.close()

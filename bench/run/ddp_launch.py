@@ -9,7 +9,6 @@ rank, never a hang. Multi-node runs use torchrun's own rendezvous (see README), 
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from bench.isolation import safe_child_environment
 from bench.measure.cpu import threads_per_rank
-from bench.results.rows import failure, rank_columns
+from bench.results.rows import ProcessMeasurement, failure, rank_columns
 from bench.run.cell_measurement import CellTask
 
 _LOG_TAIL_CHARS = 400
@@ -50,8 +49,8 @@ def run_distributed(task: CellTask, timeout_s: float) -> dict:
                              _rank_environment(task))
         if returncode is None:
             return failure("timeout", "Timeout", f"no result within {timeout_s:g} s; every rank was killed")
-        outcomes = {int(path.stem.removeprefix("rank")): json.loads(path.read_text())
-                    for path in folder.glob("rank*.json")}
+        outcomes = {int(path.stem.removeprefix("rank")): pickle.loads(path.read_bytes())
+                    for path in folder.glob("rank*.pkl")}
         return aggregate(task, outcomes, returncode, log.read_text(errors="replace"))
 
 
@@ -78,18 +77,19 @@ def _launch(command: list[str], log: Path, timeout_s: float, env: dict[str, str]
                 process.wait()
 
 
-def aggregate(task: CellTask, outcomes: dict[int, dict], returncode: int, torchrun_log: str = "") -> dict:
-    """One row's outcome from every rank's: the failure that ended the cell, or the ranks' figures combined
-    (`bench.results.rows.rank_columns`)."""
+def aggregate(task: CellTask, outcomes: dict[int, ProcessMeasurement | dict], returncode: int,
+              torchrun_log: str = "") -> dict:
+    """One row's outcome from every rank's (what it measured, or its failure's columns): the failure that ended the
+    cell, or the ranks' measurements combined (`bench.results.rows.rank_columns`)."""
     failure = _failure(task.cell.world_size, outcomes, returncode, torchrun_log)
     if failure is not None:
         return failure
     cell = task.cell
-    return rank_columns([outcomes[rank] for rank in range(cell.world_size)], cell.effective_batch, cell.global_batch,
-                        task.flops, task.peak)
+    return rank_columns([outcomes[rank] for rank in range(cell.world_size)], cell, task.flops, task.peak)
 
 
-def _failure(world_size: int, outcomes: dict[int, dict], returncode: int, torchrun_log: str) -> dict | None:
+def _failure(world_size: int, outcomes: dict[int, ProcessMeasurement | dict], returncode: int,
+             torchrun_log: str) -> dict | None:
     """What ended the cell, or None when every rank is ok.
 
     A rank that died without a result (not stopped by torchrun) comes first: the others' errors
@@ -97,7 +97,7 @@ def _failure(world_size: int, outcomes: dict[int, dict], returncode: int, torchr
     skipped) before an `error`, which may only be a collective losing the rank that failed.
     """
     exit_codes = rank_exit_codes(torchrun_log)
-    failed = {rank: outcomes[rank] for rank in sorted(outcomes) if outcomes[rank]["status"] != "ok"}
+    failed = {rank: outcome for rank, outcome in sorted(outcomes.items()) if not isinstance(outcome, ProcessMeasurement)}
     # SIGTERM is torchrun stopping the survivors once one rank has failed.
     died = [rank for rank in range(world_size) if rank not in outcomes and exit_codes.get(rank) != -signal.SIGTERM]
     if not (failed or died or returncode):

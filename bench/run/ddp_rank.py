@@ -2,14 +2,13 @@
 
     python -m torch.distributed.run --standalone --nproc-per-node N -m bench.run.ddp_rank TASK OUT_DIR
 
-TASK is the pickled `CellTask`; the rank writes its outcome (the columns `measure_cell` returns,
-plus the all-reduce counts) to `OUT_DIR/rank<R>.json` and exits non-zero unless it is ok, so
-torchrun stops the other ranks instead of leaving them waiting in a collective.
+TASK is the pickled `CellTask`; the rank writes its outcome (what `measure_cell` measured, the
+all-reduces among it, or the failure's columns) to `OUT_DIR/rank<R>.pkl` and exits non-zero unless
+it measured, so torchrun stops the other ranks instead of leaving them waiting in a collective.
 """
 
 # No `from __future__ import annotations`: DDP checks the comm hook's annotations as objects.
 
-import json
 import os
 import pickle
 import sys
@@ -26,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from bench.grid.cell import DdpSync
 from bench.measure.cpu import threads_per_rank
+from bench.results.rows import AllreduceMeasurement, ProcessMeasurement
 from bench.run.cell_measurement import (
     CellTask,
     configure_allocator,
@@ -103,13 +103,11 @@ class DdpDistribution:
             os._exit(FAIL_EXIT_CODE)  # a rank dying mid-run, as a crash or the OOM killer would
         self.meter.reset()
 
-    def columns(self, measured_steps: int) -> dict:
-        return {"allreduce_calls_per_step": self.meter.bucket_calls / measured_steps,
-                "synced_backwards_per_step": self.meter.synced_backwards / measured_steps,
-                "allreduce_ms_per_step": self.meter.milliseconds() / measured_steps}
+    def allreduces(self) -> AllreduceMeasurement:
+        return AllreduceMeasurement(self.meter.bucket_calls, self.meter.synced_backwards, self.meter.milliseconds())
 
 
-def run_rank(task: CellTask, rank: int, local_rank: int, world_size: int) -> dict:
+def run_rank(task: CellTask, rank: int, local_rank: int, world_size: int) -> ProcessMeasurement | dict:
     """This rank's outcome: joins the process group, measures the cell under DDP, leaves."""
     if task.device.type == "cuda":
         configure_allocator(task.cell.allocator, torch.device("cuda"))  # before set_device, which starts CUDA
@@ -121,7 +119,7 @@ def run_rank(task: CellTask, rank: int, local_rank: int, world_size: int) -> dic
     dist.init_process_group(backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
         distribution = DdpDistribution(rank, local_rank, device, task.cell.ddp_sync)
-        return {**measured_outcome(task, distribution), "rank": rank, "cpu_threads": torch.get_num_threads()}
+        return measured_outcome(task, distribution)
     finally:
         dist.destroy_process_group()
 
@@ -133,8 +131,8 @@ def main(argv: list[str]) -> int:
         exit_with(task.runner_pid)
     rank = int(os.environ["RANK"])
     outcome = run_rank(task, rank, int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
-    (out_dir / f"rank{rank}.json").write_text(json.dumps(outcome))
-    return 0 if outcome["status"] == "ok" else 1
+    (out_dir / f"rank{rank}.pkl").write_bytes(pickle.dumps(outcome))
+    return 0 if isinstance(outcome, ProcessMeasurement) else 1
 
 
 if __name__ == "__main__":
