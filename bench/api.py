@@ -117,7 +117,8 @@ def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto",
     from bench.grid.model_ref import ModelSpec
     from bench.measure.device import detect_device
     from bench.measure.flops import flops_per_sample
-    from bench.measure.peak import PeakFlops, ensure_peak
+    from bench.measure.peak import PeakFlops
+    from bench.results.peaks import ensure_peak
     from bench.run.cell_measurement import CellTask
     from bench.run.cell_process import run_cell
 

@@ -20,7 +20,7 @@ from bench.grid.cell import Cell
 from bench.isolation import call_in_child, fork_server
 from bench.measure.device import detect_device
 from bench.measure.flops import flops_per_sample
-from bench.measure.peak import ensure_peak
+from bench.results.peaks import ensure_peak
 from bench.results.provenance import provenance, utc_now
 from bench.run.cell_measurement import CellTask
 from bench.run.cell_process import run_isolated

@@ -14,14 +14,15 @@ from bench.claims.claim import GPU_SPEED
 from bench.claims.evaluate import Finding, evaluate, table_folder
 from bench.claims.registry import CLAIMS
 from bench.cost.price import Assumptions, Workload, gpu_speed, price_rows
+from bench.errors import ResultsFileError
 from bench.grid.cell import Cell, extra_axis_defaults
 from bench.measure.device import DeviceInfo
 from bench.measure.hardware import gpu_spec
-from bench.measure.peak import ensure_peak
 from bench.measure.step_stats import NOISY_CI95_REL, summarize_step_times
 from bench.measure.timing import TimingPolicy
 from bench.report import build_report
 from bench.report.console import console, summary_table
+from bench.results.peaks import ensure_peak
 from bench.results.rows import config_columns, keep_narrower
 from bench.results.schema import COLUMNS, ESTIMATE_COLUMNS
 from bench.results.store import RunsFile
@@ -141,6 +142,17 @@ def test_two_folders_of_one_device_divide_by_the_same_stored_peak(tmp_path, monk
     count = len(measured)
     ensure_peak(CPU, "bf16", tmp_path / "c")
     assert len(measured) == count + bench.measure.peak.CPU_ROUNDS
+
+
+def test_a_damaged_peaks_file_is_one_line_naming_the_file_line_and_column(tmp_path):
+    """The stored peaks are read as every results table is: a hand-edited figure is refused where it is, not divided
+    by (before, `float("fast")` raised a bare ValueError from inside the runner)."""
+    path = tmp_path / "peaks" / CPU.tag / "peaks.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text("device_tag,threads,precision,flops_per_s,foreign_load_cores\n"
+                    f"{CPU.tag},2,fp32,fast,0.01\n")
+    with pytest.raises(ResultsFileError, match=r"peaks.csv: line 2, column flops_per_s: 'fast' is not a number"):
+        ensure_peak(CPU, "fp32", tmp_path)
 
 
 def test_a_gpu_peak_is_the_datasheet_and_stores_nothing(tmp_path):

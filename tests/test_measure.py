@@ -15,7 +15,8 @@ from bench.measure.device import DeviceInfo
 from bench.measure.flops import flops_per_sample
 from bench.measure.hardware import find_gpu, gpu_keys
 from bench.measure.memory import optimizer_state_bytes, unique_tensor_bytes
-from bench.measure.peak import PeakFlops, ensure_peak
+from bench.measure.peak import PeakFlops
+from bench.results.peaks import ensure_peak
 from bench.measure.step_stats import summarize_step_times
 from bench.measure.utilization import samples_per_s, utilization_pct
 from bench.run.cell_measurement import CellTask

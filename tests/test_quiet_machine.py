@@ -13,7 +13,8 @@ from bench.measure import cpu, host, peak, timing
 from bench.measure.cpu import CpuIdentity, cpu_identity, thread_budget
 from bench.measure.device import DeviceInfo
 from bench.measure.host import CpuTimes, LoadReading, QuietPolicy, foreign_load_cores, loaded
-from bench.measure.peak import PeakFlops, ensure_peak
+from bench.measure.peak import PeakFlops
+from bench.results.peaks import ensure_peak
 from bench.measure.timing import TimingPolicy, time_until_stable, warm_up
 from bench.run import cell_process
 from bench.run.cell_measurement import CellTask

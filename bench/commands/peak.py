@@ -24,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def show_peaks(args: argparse.Namespace) -> int:
-    from bench.measure.peak import ensure_peak, peaks_file, store_peaks
+    from bench.results.peaks import ensure_peak, peaks_file, store_peaks
 
     device = detect_device(args.device)
     precisions = tuple(device.precisions)

@@ -1,34 +1,25 @@
-"""The device's peak FLOP/s for a precision: datasheet on a known GPU, measured once on a CPU.
+"""The device's peak FLOP/s for a precision: the datasheet's on a known GPU, measured on a CPU.
 
-A CPU has no datasheet peak worth dividing by, so its peak is measured: the best of several
-rounds of a large matmul per precision, once per device and thread count, and stored with its
-date and the foreign load it was measured under in `<results>/peaks/<device-tag>/peaks.csv`. Every
-results folder measured on that device then divides by the same number; a stored peak measured under
-load (or before the load was recorded) is measured again; `bench peak --measure` re-measures it, on purpose.
-A peak measured quiet is also kept in the user's cache folder (`bench.cache`, keyed by the device, its threads,
-the torch version and this module's source), so a new results root on the same machine copies that row into its
-own `peaks.csv` instead of measuring again (5 s a precision, after a wait of up to 2 minutes for a quiet machine).
+A CPU has no datasheet peak worth dividing by: `measure_cpu_peak` measures it, the best of several rounds of a
+large matmul, with the foreign load it ran under; `bench.results.peaks` stores it once per device, thread count
+and precision, and every results folder of that device divides by it. Beside it, the probes a cell takes of the
+machine's own speed (`reference_flops_per_s`) and a device's copy bandwidth.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import statistics
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
-from bench.cache import DiskCache
 from bench.measure.device import DeviceInfo
 from bench.measure.hardware import PEAK_COLUMN, find_gpu
-from bench.measure.host import foreign_load_cores, loaded, read_load, wait_for_quiet
+from bench.measure.host import foreign_load_cores, read_load, wait_for_quiet
 from bench.measure.timing import best_time_s
 
-PEAKS_FOLDER = "peaks"
 CPU_MATRIX_SIDE = {"fp32": 2048, "bf16": 2048, "fp16": 512}
 """The largest side measured: enough to keep every core busy. A precision the CPU runs slowly stops at a smaller
 side (`cpu_matrix_side`): fp16 is emulated on CPUs, and bf16 without AVX512-BF16 or AMX runs a generic loop
@@ -41,8 +32,6 @@ CPU_SECONDS_PER_ROUND = 0.5
 4 alternated repeats each: 3 x 0.5 s gave a median of 203.9 GFLOP/s fp32 and 426.6 bf16 where 5 x 1.0 s gave
 203.6 and 428.8 (-0.5 %, inside either setting's own 1-3 % spread between repeats), in 1.5 s a precision instead
 of 5. A stored peak says the rounds and seconds it was measured with."""
-STORED_COLUMNS = ("device_tag", "device_name", "threads", "precision", "flops_per_s", "matrix_side", "rounds",
-                  "seconds_per_round", "measured_utc", "torch_version", "foreign_load_cores")
 PEAK_QUIET_WAIT_S = 120.0
 """Seconds to wait at most for other work to leave the CPU's cores free before measuring its peak."""
 
@@ -56,64 +45,32 @@ class PeakFlops:
     source: str
 
 
-def ensure_peak(device: DeviceInfo, precision: str, results_root: Path) -> PeakFlops:
-    """The denominator of MFU/HFU for cells on `device` in `precision`: the datasheet's on a GPU, the
-    stored measurement on a CPU. Where a CPU has none stored (or only one measured under load), this measures
-    it and writes it to `peaks_file` first (`store_peaks`), as `ensure_` says: the one call here that may
-    take seconds and write."""
-    if device.type == "cuda":
-        spec = find_gpu(device.name)
-        if spec is None:
-            return PeakFlops(None, f"unknown GPU {device.name!r}: not in bench/data/gpus.csv, no MFU")
-        value = spec.peak_flops_per_s(precision)
-        if value is None:
-            return PeakFlops(None, f"{spec.gpu} datasheet has no {precision} peak, no MFU")
-        return PeakFlops(value, f"datasheet: {spec.gpu} {PEAK_COLUMN[precision]} ({spec.source})")
-    stored = stored_peak(device, precision, results_root) or copy_machine_peak(device, precision, results_root)
-    if stored is None:
-        stored = store_peaks(device, (precision,), results_root)[precision]
-    return PeakFlops(float(stored["flops_per_s"]), describe_stored(stored, peaks_file(device, results_root)))
+def datasheet_peak(device: DeviceInfo, precision: str) -> PeakFlops:
+    """A GPU's peak in `precision` from the catalog's datasheet (`bench/data/gpus.csv`); None where unknown."""
+    spec = find_gpu(device.name)
+    if spec is None:
+        return PeakFlops(None, f"unknown GPU {device.name!r}: not in bench/data/gpus.csv, no MFU")
+    value = spec.peak_flops_per_s(precision)
+    if value is None:
+        return PeakFlops(None, f"{spec.gpu} datasheet has no {precision} peak, no MFU")
+    return PeakFlops(value, f"datasheet: {spec.gpu} {PEAK_COLUMN[precision]} ({spec.source})")
 
 
-def peaks_file(device: DeviceInfo, results_root: Path) -> Path:
-    return Path(results_root) / PEAKS_FOLDER / device.tag / "peaks.csv"
-
-
-def stored_peak(device: DeviceInfo, precision: str, results_root: Path) -> dict | None:
-    """The stored measurement for this device, thread count and precision, or None."""
-    path = peaks_file(device, results_root)
-    if not path.is_file():
-        return None
-    for row in csv.DictReader(path.read_text(encoding="utf-8-sig").splitlines()):
-        if row["precision"] == precision and int(row["threads"]) == device.threads and quiet_peak(row, device):
-            return row
-    return None
-
-
-MACHINE_PEAKS = DiskCache("cpu_peaks", sources=("measure/peak.py",),
-                          check=lambda row: None if isinstance(row, dict) and set(row) == set(STORED_COLUMNS)
-                          else "not a stored peak row")
-"""This machine's quiet peaks across results roots: a peak belongs to the CPU and its threads, not to a folder."""
-
-
-def _machine_key(device: DeviceInfo, precision: str) -> dict:
-    return {"device_tag": device.tag, "threads": device.threads, "precision": precision}
-
-
-def copy_machine_peak(device: DeviceInfo, precision: str, results_root: Path) -> dict | None:
-    """The peak this machine measured quiet for another results root, written into this root's `peaks.csv` as it
-    was measured (date, load, rounds), or None when there is none."""
-    row = MACHINE_PEAKS.get(_machine_key(device, precision))
-    if row is None or not quiet_peak(row, device):
-        return None
-    _write_peak_rows(peaks_file(device, results_root), device, {precision: row})
-    return row
-
-
-def quiet_peak(row: dict, device: DeviceInfo) -> bool:
-    """A stored peak measured with the machine to itself (its foreign load recorded and small)."""
-    recorded = row.get("foreign_load_cores") or ""
-    return recorded != "" and not loaded(float(recorded), device.threads)
+def measure_cpu_peak(device: DeviceInfo, precision: str) -> dict:
+    """The CPU's matmul peak in `precision` with the device's threads, as a row of a peaks file
+    (`bench.results.schema.PEAK_COLUMNS`): the fastest call of `CPU_ROUNDS` rounds, after a wait (bounded) for a
+    quiet machine, with the foreign load it was measured under."""
+    torch.set_num_threads(device.threads)  # as the cells will run
+    wait_for_quiet(device.threads, PEAK_QUIET_WAIT_S)
+    before = read_load()
+    side = cpu_matrix_side(precision)
+    flops = max(measure_matmul_peak(precision, torch.device("cpu"), side, CPU_SECONDS_PER_ROUND)[0]
+                for _ in range(CPU_ROUNDS))
+    foreign = foreign_load_cores(before, read_load())
+    return {"device_tag": device.tag, "device_name": device.name, "threads": device.threads, "precision": precision,
+            "flops_per_s": flops, "matrix_side": side, "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
+            "measured_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch_version": torch.__version__,
+            "foreign_load_cores": None if foreign is None else round(foreign, 3)}
 
 
 def cpu_matrix_side(precision: str) -> int:
@@ -134,57 +91,6 @@ def cpu_matrix_side(precision: str) -> int:
             break
         side *= 2
     return side
-
-
-def store_peaks(device: DeviceInfo, precisions: tuple[str, ...], results_root: Path) -> dict[str, dict]:
-    """Measure the CPU's matmul peak for `precisions` and store it (replacing earlier rows for them)."""
-    path = peaks_file(device, results_root)
-    measured_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    torch.set_num_threads(device.threads)  # as the cells will run
-    fresh = {}
-    for precision in precisions:
-        wait_for_quiet(device.threads, PEAK_QUIET_WAIT_S)
-        before = read_load()
-        side = cpu_matrix_side(precision)
-        flops = max(measure_matmul_peak(precision, torch.device("cpu"), side, CPU_SECONDS_PER_ROUND)[0]
-                    for _ in range(CPU_ROUNDS))
-        foreign = foreign_load_cores(before, read_load())
-        fresh[precision] = {"device_tag": device.tag, "device_name": device.name, "threads": device.threads,
-                            "precision": precision, "flops_per_s": flops, "matrix_side": side,
-                            "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
-                            "measured_utc": measured_utc, "torch_version": torch.__version__,
-                            "foreign_load_cores": "" if foreign is None else round(foreign, 3)}
-    written = _write_peak_rows(path, device, fresh)
-    for precision, row in written.items():
-        if quiet_peak(row, device):
-            MACHINE_PEAKS.put(_machine_key(device, precision), row)
-    return written
-
-
-def _write_peak_rows(path: Path, device: DeviceInfo, fresh: dict[str, dict]) -> dict[str, dict]:
-    """Replace `path`'s rows for `fresh`'s precisions at the device's thread count with `fresh`'s (atomically);
-    returns them as the file holds them (strings)."""
-    lines = path.read_text(encoding="utf-8-sig").splitlines() if path.is_file() else []
-    kept = [row for row in csv.DictReader(lines)
-            if not (row["precision"] in fresh and int(row["threads"]) == device.threads)]
-    kept = [{column: row.get(column, "") for column in STORED_COLUMNS} for row in kept]  # an older file's rows
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=STORED_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows([*kept, *fresh.values()])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{id(buffer)}.tmp")
-    temporary.write_text(buffer.getvalue())
-    temporary.replace(path)
-    return {precision: {key: str(value) for key, value in row.items()} for precision, row in fresh.items()}
-
-
-def describe_stored(row: dict, path: Path) -> str:
-    """How a stored CPU peak was measured, for the rows that divide by it."""
-    load = row.get("foreign_load_cores") or "unrecorded"
-    return (f"measured {row['measured_utc'][:10]}: best of {row['rounds']} rounds of {row['seconds_per_round']} s "
-            f"of torch.matmul {row['matrix_side']}x{row['matrix_side']} {row['precision']} on this CPU, "
-            f"{row['threads']} threads, foreign load {load} cores ({Path(*path.parts[-3:])})")
 
 
 def measure_matmul_peak(precision: str, device: torch.device, size: int = 1024,

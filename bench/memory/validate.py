@@ -25,6 +25,8 @@ from bench.grid.cell import Cell
 from bench.grid.model_ref import kind_of
 from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
+from bench.results.read import read_table
+from bench.results.schema import Column
 
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "reference" / "timm_rtx3090_train_amp.csv"
 START_BATCH = 512
@@ -37,11 +39,15 @@ CUDA_CONTEXT_NOTE = (
     "of it must fit the nominal 24 GiB), so at most 21.8 GiB of predicted peak fits. The 10 % stands for what "
     "no tensor shows; on this card under PyTorch 1.12 / CUDA 11.3 that includes a CUDA context of roughly "
     "1 GiB (every kernel module loaded eagerly: lazy loading came with CUDA 11.7), about 5 % of a 20 GiB peak")
-COLUMNS = ("model", "memory_format", "image_size", "side", "batch_size", "observed", "status",
-           "predicted_allocated_bytes", "predicted_reserved_bytes", "autocast_cache_bytes", "attention",
-           "estimate_s", "error")
-"""One line per (row, side): `side` fit (the row's batch, observed to fit) or oom (the next larger size of
-timm's sequence, observed not to)."""
+COLUMNS: dict[str, Column] = {
+    "model": Column("str"), "memory_format": Column("str"), "image_size": Column("int", minimum=1),
+    "side": Column("str", "fit: the row's batch, observed to fit; oom: the next larger size of timm's sequence"),
+    "batch_size": Column("int", minimum=1), "observed": Column("str", "fits or oom"),
+    "status": Column("str", "estimated or error"), "predicted_allocated_bytes": Column("int"),
+    "predicted_reserved_bytes": Column("int"), "autocast_cache_bytes": Column("int"), "attention": Column("str"),
+    "estimate_s": Column("float"), "error": Column("str"),
+}
+"""One line per (row, side), read with `bench.results.read.read_table`."""
 
 
 def decay_sequence(start: int = START_BATCH) -> list[int]:
@@ -147,10 +153,7 @@ def _estimate(observation: Observation, models: FakeModels) -> dict:
 
 def validate(out: Path, limit_s: float | None = None, reference: Path = REFERENCE) -> Iterator[dict]:
     """Estimate every observation not yet in `out` (appending as it goes); stops after `limit_s` seconds."""
-    done = set()
-    if out.exists():
-        with out.open() as handle:
-            done = {(r["model"], r["memory_format"], r["side"]) for r in csv.DictReader(handle)}
+    done = set(read_table(out, COLUMNS)[["model", "memory_format", "side"]].itertuples(index=False, name=None))
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = not out.exists()
     began = time.monotonic()
@@ -178,6 +181,8 @@ def validate(out: Path, limit_s: float | None = None, reference: Path = REFERENC
 
 PARAM_COUNTS = "param_counts.csv"
 """Beside the rows: each model's parameter count as today's timm builds it, beside the reference row's."""
+PARAM_COUNT_COLUMNS = {"model": Column("str"), "built_param_count_m": Column("float"),
+                       "reference_param_count_m": Column("float")}
 SAME_MODEL_WITHIN = 0.02
 """A model whose parameter count today differs from the reference row's by more than this share is another model
 under the same name (timm maps some deprecated names to other architectures): its rows are not judged."""
@@ -193,10 +198,10 @@ def count_parameters(rows_file: Path, reference: Path = REFERENCE) -> list[dict]
     import torch
 
     counts_file = rows_file.with_name(PARAM_COUNTS)
-    done = set(pd.read_csv(counts_file).model) if counts_file.is_file() else set()
+    done = set(read_table(counts_file, PARAM_COUNT_COLUMNS).model)
     published = pd.read_csv(reference).groupby("model").param_count_m.first()
     new = []
-    for model in sorted(set(pd.read_csv(rows_file).model) - done):
+    for model in sorted(set(read_table(rows_file, COLUMNS).model) - done):
         try:
             with warnings.catch_warnings(), torch.device("meta"):
                 warnings.simplefilter("ignore")  # timm names a deprecated name's new one: the count says what it is
@@ -216,7 +221,7 @@ def renamed_models(rows_file: Path) -> dict[str, tuple[float, float]]:
     counts_file = rows_file.with_name(PARAM_COUNTS)
     if not counts_file.is_file():
         return {}
-    counts = pd.read_csv(counts_file)
+    counts = read_table(counts_file, PARAM_COUNT_COLUMNS)
     other = (counts.built_param_count_m / counts.reference_param_count_m - 1).abs() > SAME_MODEL_WITHIN
     return {row.model: (row.built_param_count_m, row.reference_param_count_m) for row in counts[other].itertuples()}
 
@@ -231,7 +236,7 @@ def judged(rows_file: Path, headroom: float = DEFAULT_HEADROOM, extra_bytes: int
     has (a row at 512 has no OOM side) is right. `fit_ratio`, `oom_ratio`: what the rule needs over
     what the card has (right: <= 1 and > 1).
     """
-    sides = pd.read_csv(rows_file)
+    sides = read_table(rows_file, COLUMNS)
     sides = sides[(sides.status == "estimated") & ~sides.model.isin(renamed_models(rows_file))]
     fits = [memory_fit(peak + extra_bytes, headroom, RTX3090_MEMORY_GIB) for peak in sides.predicted_reserved_bytes]
     sides = sides.assign(ratio=[fit.required_bytes / fit.capacity_bytes for fit in fits])
@@ -344,7 +349,7 @@ def _renamed_line(rows_file: Path, sides: pd.DataFrame) -> list[str]:
 def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str:
     """The agreement as docs/estimator.md shows it: overall, per family, the ratios' spread, other headrooms."""
     rows = judged(rows_file, headroom)
-    sides = pd.read_csv(rows_file)
+    sides = read_table(rows_file, COLUMNS)
     errors = sides[sides.status != "estimated"]
     lines = [
         f"Rows judged: {len(rows)} ({rows.has_oom.sum()} with an OOM side) of "

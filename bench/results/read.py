@@ -1,6 +1,6 @@
 """The one reader of runs files: every row checked against the schema, then typed rows as a DataFrame.
 
-Every command reads runs files here, and nothing here writes. A row is checked field by field
+Every command reads runs files here (and the other results tables: `read_table`), and nothing here writes. A row is checked field by field
 against `bench.results.schema.COLUMNS` (or the schema a caller passes): the number of fields,
 the cell id's form, the status, whole numbers, numbers, true/false and JSON. A file that fails is
 one `ResultsFileError` naming the file, the line and the column. A last line without its newline
@@ -55,9 +55,11 @@ class RunsText:
     """Bytes after the last newline: an interrupted append, not read as a row."""
 
 
-def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bool = False) -> RunsText:
+def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bool = False,
+              key: tuple[str, ...] | None = None) -> RunsText:
     """The file's rows as the text it holds, each checked against `columns`; never modifies the file. A cell measured
-    again has its last row only, unless `every_row` (each measurement, in the order they were appended).
+    again has its last row only, unless `every_row` (each measurement, in the order they were appended). `key`: the
+    columns that name a row (default: the cell id, and the GPU in a predictions file).
 
     A file written by an earlier version (its columns a subset of today's) reads with the new
     columns filled in: axes added later at their default (that is what ran), others empty.
@@ -97,7 +99,8 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
             raise ResultsFileError(f"{path}: column {unknown[0]!r} is not in this version's schema; "
                                    "move the file aside to start afresh")
         filler = {name: cell_text(extra_axis_defaults().get(name)) for name in columns if name not in header}
-        key = [name for name in ("cell_id", "gpu") if name in header]  # a predictions file: a row per cell and GPU
+        if key is None:  # a predictions file: a row per cell and GPU
+            key = tuple(name for name in ("cell_id", "gpu") if name in header)
         seen: dict[tuple[str, ...], dict[str, str]] = {}
         every: list[dict[str, str]] = []
         for fields in reader:
@@ -109,7 +112,7 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
                                        f"{SET_ASIDE_HINT}")
             row = dict(zip(header, fields))
             check_row(row, columns, where)
-            name = tuple(row[column] for column in key)
+            name = tuple(row.get(column, "") for column in key)
             # A cell measured again (--force, --retry-failed) is appended: its last row stands, where the last is.
             seen.pop(name, None)
             seen[name] = {**filler, **row}
@@ -221,6 +224,13 @@ def read_runs(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
     frame = typed(text.rows, columns)
     # The figures that depend on other rows, from the rows as read (bench.results.derived), whatever the file holds.
     return derive(frame) if columns is COLUMNS else frame
+
+
+def read_table(path: Path, columns: dict[str, Column]) -> pd.DataFrame:
+    """A results table that is not a runs file (a CPU's stored peaks, the estimator's validation sides), every line
+    checked and typed as a runs file's are (`read_text`, `typed`): each row as written, in order, none replacing
+    another; an empty frame where there is no file."""
+    return typed(read_text(path, columns, every_row=True).rows, columns)
 
 
 EQUIVALENCE_COUNTS = ("accum_steps", "bn_updates_large_batch", "bn_updates_accumulated")

@@ -263,6 +263,18 @@ AUTOTUNE_COLUMNS: dict[str, Column] = {
 """The memory estimator's largest micro-batch per (GPU, precision, checkpointing): seed 002's claims table
 (`bench.claims.autotune`)."""
 
+PEAK_COLUMNS: dict[str, Column] = {
+    "device_tag": Column("str"), "device_name": Column("str"),
+    "threads": Column("int", "intra-op threads the matmul ran with", minimum=1),
+    "precision": Column("str"), "flops_per_s": Column("float", "the fastest matmul call's FLOP/s"),
+    "matrix_side": Column("int", "side of the square matrices multiplied", minimum=1),
+    "rounds": Column("int", minimum=1), "seconds_per_round": Column("float"),
+    "measured_utc": Column("str"), "torch_version": Column("str"),
+    "foreign_load_cores": Column("float", "cores other processes kept busy meanwhile (empty: unrecorded)"),
+}
+"""A CPU's stored matmul peak per thread count and precision (`<root>/peaks/<device-tag>/peaks.csv`,
+`bench.results.peaks`): what the rows measured on it divide by for MFU."""
+
 RowKind = Literal["measured", "estimated", "predicted", "autotune"]
 
 

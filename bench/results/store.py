@@ -35,6 +35,8 @@ ESTIMATE_FOLDER = "estimate"
 """`<root>/<grid>/estimate/`: the fake-tensor estimator's rows for a grid (`bench estimate`, the claims' autotune)."""
 PREDICTED_FOLDER = "predicted"
 """`<root>/<grid>/predicted/`: the throughput model's rows for a grid (`bench predict`)."""
+PEAKS_FOLDER = "peaks"
+"""`<root>/peaks/<device-tag>/peaks.csv`: a CPU's measured matmul peaks, one file per device (`bench.results.peaks`)."""
 EQUIVALENCE_CSV = "equivalence.csv"
 """The equivalence study's table, in its folder in place of a runs file (`bench equivalence`)."""
 
@@ -110,7 +112,8 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 class RunsFile:
-    """`results/<experiment>/<device-tag>/runs.csv`; `columns` is the schema (default: the runner's).
+    """`results/<experiment>/<device-tag>/runs.csv` (or another results table: a CPU's stored peaks); `columns` is
+    the schema (default: the runner's).
 
     `key`: the columns that name a row (a row with the same values replaces it): the cell id, or
     the cell id and the GPU in a predictions file (one row per cell and GPU).
@@ -133,19 +136,19 @@ class RunsFile:
         This is the writer's view (it rewrites rows byte for byte); analysis reads typed rows
         through `bench.results.read.read_runs`.
         """
-        return read_text(self.path, self.schema).rows
+        return read_text(self.path, self.schema, key=self.key).rows
 
     def cell_ids(self) -> set[str]:
         return {row["cell_id"] for row in self.rows()}
 
     def header(self) -> list[str]:
         """The column names on the file's first line (empty when there is no file)."""
-        return read_text(self.path, self.schema).header
+        return read_text(self.path, self.schema, key=self.key).header
 
     def repair_torn_tail(self) -> str | None:
         """Cut a last line without its newline (an interrupted append) off the file, keeping its bytes
         in `runs.csv.torn-<UTC time>`; what was done, or None when the file ends cleanly."""
-        torn = read_text(self.path, self.schema).torn_tail
+        torn = read_text(self.path, self.schema, key=self.key).torn_tail
         if not torn:
             return None
         side = self.path.with_name(f"{self.path.name}.torn-{utc_now().replace(':', '')}")
@@ -200,7 +203,7 @@ class RunsFile:
         note = self.repair_torn_tail()
         if note:
             print(note, file=sys.stderr)
-        current = read_text(self.path, self.schema)
+        current = read_text(self.path, self.schema, key=self.key)
         existing = current.rows
         name = tuple(cell_text(row.get(column)) for column in self.key)
         try:

@@ -22,8 +22,8 @@ from bench.measure.device import DeviceInfo
 from bench.measure.failure import first_line
 from bench.measure.flops import FlopsPerSample, flops_per_sample
 from bench.measure.host import QuietPolicy
-from bench.measure.peak import ensure_peak
 from bench.measure.timing import TimingPolicy
+from bench.results.peaks import ensure_peak
 from bench.results.provenance import provenance
 from bench.results.rows import cell_row
 from bench.results.store import RowNotWritten, RunsFile, preflight, results_folder
