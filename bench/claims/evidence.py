@@ -22,7 +22,7 @@ from typing import Literal
 
 import pandas as pd
 
-from bench.results.store import EQUIVALENCE_CSV, PREDICTED_FOLDER
+from bench.results.store import EQUIVALENCE_CSV, EQUIVALENCE_FOLDER, PREDICTED_FOLDER
 from bench.results.read import file_schema, read_equivalence, read_runs, read_text
 
 Source = Literal["cuda", "estimate", "cpu", "equivalence", "arithmetic", "torch", "predicted"]
@@ -38,8 +38,8 @@ MEASURED_SOURCES: tuple[Source, ...] = ("cuda", "cpu")
 """Sources whose rows a device measured: they name the claims table's folder."""
 
 
-EQUIVALENCE = "equivalence"
-"""The experiment name of the equivalence study's results folder."""
+EQUIVALENCE = EQUIVALENCE_FOLDER
+"""The experiment name a claim gives the equivalence study's table: its results folder's."""
 
 
 class Missing(Exception):
@@ -141,7 +141,7 @@ def predicted_rows(results_root: Path, experiment: str, gpu: str) -> Rows | None
 
 def _equivalence_rows(results_root: Path) -> dict[Source, Rows]:
     """The study's rows, with an id per comparison (model, variant, K) for the table's row lists."""
-    for table in sorted(Path(results_root, EQUIVALENCE).glob(f"*/{EQUIVALENCE_CSV}")):
+    for table in sorted(Path(results_root, EQUIVALENCE_FOLDER).glob(f"*/{EQUIVALENCE_CSV}")):
         frame = read_equivalence(table)
         frame["cell_id"] = [f"{model}-{variant}-K{'' if pd.isna(k) else k}"
                             for model, variant, k in zip(frame.model, frame.variant, frame.accum_steps)]

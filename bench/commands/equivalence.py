@@ -73,9 +73,10 @@ def run_study(args: argparse.Namespace) -> int:
     from bench.equivalence.study import run_study as measure_study
     from bench.equivalence.variants import STUDY_ACCUM_STEPS, STUDY_MODELS
     from bench.equivalence.table import write_study_tables
+    from bench.results.store import EQUIVALENCE_FOLDER, results_folder
 
     device = detect_device(args.device)
-    out = args.out or Path("results") / "equivalence" / device.type
+    out = args.out or results_folder(Path("results"), EQUIVALENCE_FOLDER, device.type)
 
     def show(row: dict) -> None:
         k = "" if row.get("accum_steps") is None else f" K={row['accum_steps']}"

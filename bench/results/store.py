@@ -37,6 +37,8 @@ PREDICTED_FOLDER = "predicted"
 """`<root>/<grid>/predicted/`: the throughput model's rows for a grid (`bench predict`)."""
 PEAKS_FOLDER = "peaks"
 """`<root>/peaks/<device-tag>/peaks.csv`: a CPU's measured matmul peaks, one file per device (`bench.results.peaks`)."""
+EQUIVALENCE_FOLDER = "equivalence"
+"""`<root>/equivalence/<cpu|cuda>/`: the equivalence study's files (`bench equivalence --study`)."""
 EQUIVALENCE_CSV = "equivalence.csv"
 """The equivalence study's table, in its folder in place of a runs file (`bench equivalence`)."""
 
