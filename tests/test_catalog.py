@@ -209,7 +209,7 @@ def _row(**changes) -> MeasuredRow:
                   micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw",
                   device_type="cuda", device_name="NVIDIA A100-SXM4-40GB", samples_per_s=2000.0, mfu_pct=40.0,
                   model_flops_per_sample=24.6e9, peak_memory_bytes=20 * GIB, memory_source="cuda_allocator")
-    return MeasuredRow(**{**fields, **changes})
+    return MeasuredRow({"status": "ok", **fields, **changes})
 
 
 def test_cost_and_plan_answers_flag_stale_prices():

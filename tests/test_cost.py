@@ -33,19 +33,19 @@ from bench.units import GIB
 IMAGENET_90_EPOCHS = 1_281_167 * 90
 
 
-def _row(**changes) -> MeasuredRow:
+def _row(model_speeds: tuple = (), **changes) -> MeasuredRow:
     """A made-up ResNet-50 row measured on an A100-40GB: 128x1 bf16, 40 % MFU, 20 GiB peak.
 
     A changed `samples_per_s` changes the MFU with it (24.6 GFLOP/sample, 312 TFLOP/s bf16 peak).
     """
     if "samples_per_s" in changes and "mfu_pct" not in changes:
         changes["mfu_pct"] = 100 * changes["samples_per_s"] * 24.6e9 / 312e12
-    base = MeasuredRow(cell_id="r50-128x1", experiment="resnet50", profile="cuda", model="resnet50",
+    base = MeasuredRow(dict(status="ok", cell_id="r50-128x1", experiment="resnet50", profile="cuda", model="resnet50",
                        image_size=224, micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off",
                        optimizer="adamw", device_type="cuda", device_name="NVIDIA A100-SXM4-40GB",
                        samples_per_s=samples_per_s_at(40.0, 24.6e9, 312e12), mfu_pct=40.0,
-                       model_flops_per_sample=24.6e9, peak_memory_bytes=20 * GIB, memory_source="cuda_allocator")
-    return replace(base, **changes)
+                       model_flops_per_sample=24.6e9, peak_memory_bytes=20 * GIB, memory_source="cuda_allocator"))
+    return MeasuredRow({**base.row, **changes}, model_speeds)
 
 
 def _instance(gpu: str, gpu_count: int = 1, usd_per_hour: float = 1.0, **changes) -> Instance:
@@ -160,8 +160,8 @@ def test_multi_gpu_instances_scale_by_count_and_efficiency():
 def test_a_measured_scaling_efficiency_replaces_the_default_and_says_so():
     single = _row(samples_per_s=2000.0)
     on_8 = _row(cell_id="r50-128x1-world_size_8", world_size=8, scaling_efficiency=0.8, samples_per_s=1600.0)
-    forgot_no_sync = replace(on_8, cell_id="every", ddp_sync="every_step", scaling_efficiency=0.5)
-    other_config = replace(on_8, cell_id="other", precision="fp32", scaling_efficiency=0.3)
+    forgot_no_sync = on_8.with_columns(cell_id="every", ddp_sync="every_step", scaling_efficiency=0.5)
+    other_config = on_8.with_columns(cell_id="other", precision="fp32", scaling_efficiency=0.3)
     eight, four, one = (_instance("A100-40GB", gpu_count=n, usd_per_hour=n) for n in (8, 4, 1))
     table = price_rows([single, on_8, forgot_no_sync, other_config], (eight, four, one), Workload(), Assumptions())
     lines = {line.instance.gpu_count: line for line in table.lines}
@@ -331,9 +331,11 @@ def test_on_a_gpu_without_a_measurement_the_model_beats_a_carried_over_mfu():
     (docs/speed/validation.md): for one instance and configuration, its line stands over the projection."""
     l4 = _instance("L4", usd_per_hour=0.44)
     measured = _row(cell_id="8x16", micro_batch=8, accum_steps=16, samples_per_s=1600.0, peak_memory_bytes=8 * GIB)
-    predicted = replace(measured, cell_id="8x16-L4", device_name="predicted for L4", samples_per_s=450.0,
-                        predicted_gpu="L4", speed_basis="predicted (model vT, leave-one-GPU-out, ...)",
-                        speed_interval=(400.0, 600.0), memory_source="estimate_cuda_allocator")
+    predicted = measured.with_columns(cell_id="8x16-L4", device_name="predicted for L4", samples_per_s=450.0,
+                                      status="predicted", gpu="L4",
+                                      speed_basis="predicted (model vT, leave-one-GPU-out, ...)",
+                                      samples_per_s_low=400.0, samples_per_s_high=600.0,
+                                      memory_source="estimate_cuda_allocator")
     plan = make_plan([measured, predicted], (l4,), PlanRequest(model="resnet50", effective_batch=128), Assumptions())
     option, = plan.options
     assert option.line.basis == "predicted" and option.line.samples_per_s_per_gpu == 450.0
@@ -348,9 +350,10 @@ def test_a_measurement_scaled_by_the_model_beats_the_model_alone():
     l4 = _instance("L4", usd_per_hour=0.44)
     measured = _row(cell_id="8x16", micro_batch=8, accum_steps=16, samples_per_s=1600.0, peak_memory_bytes=8 * GIB,
                     model_speeds=(("A100-40GB", 1500.0), ("L4", 480.0)))
-    predicted = replace(measured, cell_id="8x16-L4", device_name="predicted for L4", samples_per_s=480.0,
-                        predicted_gpu="L4", speed_basis="predicted (model vT, leave-one-GPU-out, ...)",
-                        speed_interval=(400.0, 600.0), memory_source="estimate_cuda_allocator", model_speeds=())
+    predicted = MeasuredRow({**measured.row, "cell_id": "8x16-L4", "device_name": "predicted for L4",
+                             "samples_per_s": 480.0, "status": "predicted", "gpu": "L4",
+                             "speed_basis": "predicted (model vT, leave-one-GPU-out, ...)", "samples_per_s_low": 400.0,
+                             "samples_per_s_high": 600.0, "memory_source": "estimate_cuda_allocator"})
     option, = make_plan([measured, predicted], (l4,), PlanRequest(model="resnet50", effective_batch=128),
                         Assumptions(), projection_errors()).options
     assert option.line.basis == "projected_by_model" and option.line.samples_per_s_per_gpu == pytest.approx(512.0)
@@ -371,7 +374,7 @@ def test_a_measured_line_carries_its_rows_95_percent_interval():
         assert high == pytest.approx(batch_ms / float(raw[row.cell_id]["step_time_ci95_low_ms"]))
         assert low <= row.samples_per_s <= high, row.cell_id
     # Had it been measured on an A100, its A100 line would be measured, with that interval.
-    on_gpu = replace(rows[0], profile="cuda", device_type="cuda", device_name="NVIDIA A100-SXM4-40GB")
+    on_gpu = rows[0].with_columns(profile="cuda", device_type="cuda", device_name="NVIDIA A100-SXM4-40GB")
     line, = price_rows([on_gpu], (_instance("A100-40GB"),), Workload(), Assumptions()).lines
     assert (line.basis, line.speed_interval) == ("measured", rows[0].speed_interval)
     option = make_plan([on_gpu], (_instance("A100-40GB"),), PlanRequest(model="resnet50",

@@ -246,7 +246,7 @@ def test_an_fp16_row_measured_on_a_cpu_is_not_projected_onto_gpus():
     emulated = _row(precision="fp16", profile="cpu", device_type="cpu", device_name="Some CPU", mfu_pct=0.2)
     status, why = gpu_speed(emulated, gpu_spec("A100-40GB"))
     assert status == "no_mfu" and "emulated" in why
-    bf16 = gpu_speed(replace(emulated, precision="bf16"), gpu_spec("A100-40GB"))
+    bf16 = gpu_speed(emulated.with_columns(precision="bf16"), gpu_spec("A100-40GB"))
     assert bf16.basis == "projected_from_cpu_profile"  # labelled, and only on request (--allow-cpu-projection)
 
 

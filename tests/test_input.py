@@ -500,13 +500,13 @@ def _plan_for(vcpus: int | None, costs: list) -> str:
     from bench.planner.render import plan_text
     from bench.cost.price import Assumptions, MeasuredRow
 
-    row = MeasuredRow(cell_id="r", experiment="e", profile="cuda", model="resnet50", image_size=224, micro_batch=128,
+    row = MeasuredRow(dict(status="ok", cell_id="r", experiment="e", profile="cuda", model="resnet50", image_size=224, micro_batch=128,
                       accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
                       device_name="NVIDIA H200", samples_per_s=3000.0, mfu_pct=None, model_flops_per_sample=None,
-                      peak_memory_bytes=2**34)
+                      peak_memory_bytes=2**34))
     h200 = Instance(provider="test", instance="h200x8", gpu="H200", gpu_count=8, gpu_memory_gb=141,
                     usd_per_hour=40.0, region="r", observed="2025-01", source="made up", vcpus=vcpus)
-    loader_row = replace(row, cell_id="l", input="loader", samples_per_s=2000.0)
+    loader_row = row.with_columns(cell_id="l", input="loader", samples_per_s=2000.0)
     plan = make_plan([row, loader_row], (h200,), PlanRequest(model="resnet50", effective_batch=1024), Assumptions())
     return plan_text(replace(plan, catalog="made-up catalog", loader_costs=tuple(costs),
                              loader_source="results/input_pipeline/test"), 5)
@@ -538,13 +538,13 @@ def test_cost_lines_carry_the_feeding_columns_and_loader_rows_are_not_priced():
     from bench.cost.outputs import markdown, record
     from bench.cost.price import Assumptions, MeasuredRow, Workload, price_rows
 
-    row = MeasuredRow(cell_id="r", experiment="e", profile="cuda", model="m", image_size=224, micro_batch=64,
+    row = MeasuredRow(dict(status="ok", cell_id="r", experiment="e", profile="cuda", model="m", image_size=224, micro_batch=64,
                       accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
                       device_name="NVIDIA L4", samples_per_s=400.0, mfu_pct=None, model_flops_per_sample=None,
-                      peak_memory_bytes=2**33)
+                      peak_memory_bytes=2**33))
     g6 = Instance(provider="aws", instance="g6.xlarge", gpu="L4", gpu_count=1, gpu_memory_gb=24, usd_per_hour=0.8,
                   region="r", observed="2025-01", source="made up", vcpus=4)
-    table = price_rows([row, replace(row, cell_id="l", input="loader")], (g6,), Workload(), Assumptions())
+    table = price_rows([row, row.with_columns(cell_id="l", input="loader")], (g6,), Workload(), Assumptions())
     assert [refusal.row.cell_id for refusal in table.refused] == ["l"]
     cost = LoaderCost(10.0, 10.0, 10.0, 1, 224, "Test CPU", (4,), "set")  # 400 samples/s x 10 ms = 4 cores
     (line,) = table.priced

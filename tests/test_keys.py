@@ -71,7 +71,7 @@ def _measured(changes: dict, samples_per_s: float) -> MeasuredRow:
            "device_name": "NVIDIA L4", "samples_per_s": samples_per_s, "mfu_pct": None,
            "model_flops_per_sample": None, "peak_memory_bytes": 2**31, "peak_reserved_bytes": None,
            "memory_source": "cuda_allocator", "scaling_efficiency": None, "speed_basis": ""}
-    return MeasuredRow.from_runs_row(row)
+    return MeasuredRow(row)
 
 
 # The plan answers for one model at one image size, and prices single-process synthetic-input rows:

@@ -38,7 +38,7 @@ def load_ok_rows(folder: Path) -> list[MeasuredRow]:
         raise ResultsFileError(f"{folder}: no runs.csv here; pass a results folder such as "
                                f"results/<experiment>/<device-tag>")
     rows = read_runs(runs, file_schema(runs).columns)  # the runner's, or a prediction's (`bench predict`)
-    return [MeasuredRow.from_runs_row(row) for row in records(rows[rows.status.isin(("ok", "predicted"))])]
+    return [MeasuredRow(row) for row in records(rows[rows.status.isin(("ok", "predicted"))])]
 
 
 def write_outputs(table: CostTable, folder: Path, title: str, catalog_name: str,

@@ -110,83 +110,106 @@ class Assumptions:
             raise ValueError(f"headroom must be >= 0, got {self.headroom}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class MeasuredRow:
-    """The fields of a runs.csv row (status ok) that cost arithmetic reads."""
+class _Column:
+    """A runs row's column read as an attribute of `MeasuredRow`: the row's value; where the row has none (empty, or
+    a row built without it), an axis's grid default, else `empty`."""
 
-    cell_id: str
-    experiment: str
-    profile: str
-    model: str
-    image_size: int
-    micro_batch: int
-    accum_steps: int
-    precision: str
-    checkpointing: str
-    optimizer: str
-    device_type: str
-    device_name: str
-    samples_per_s: float
-    mfu_pct: float | None
-    model_flops_per_sample: float | None
-    peak_memory_bytes: int
-    peak_reserved_bytes: int | None = None
-    memory_source: str = ""
-    world_size: int = 1
-    """Processes the row was measured on (DDP); rows with more than one measure scaling, not speed."""
-    ddp_sync: str = "no_sync"
-    scaling_efficiency: float | None = None
-    """Global samples/s over world_size x the 1-process row's, measured (world_size > 1)."""
-    input: str = "synthetic"
-    """Where the row's micro-batches came from; a loader row's speed includes this host's input pipeline."""
-    predicted_gpu: str | None = None
-    """A predicted row's GPU (catalog key): its speed holds on that GPU only. None: a measured row."""
-    speed_basis: str = ""
-    """A predicted row's basis in words: `predicted (model v3, leave-one-GPU-out, rows of conv nets on gddr GPUs:
-    median error 15.0 %, p90 28.8 %, 120 rows)`: the cross-GPU error of its kind of GPU and op mix."""
-    speed_interval: tuple[float, float] | None = None
-    """(low, high) samples/s: a predicted row's 80 % band of that error (`samples_per_s_low`, `_high`), a measured
-    row's 95 % interval of its median step (`step_time_ci95_low_ms`, `_high_ms`)."""
-    grads_bytes: int | None = None
-    """Gradient storage of one replica (what DDP all-reduces): with it, a multi-GPU instance whose interconnect
-    is known scales as `bench.speed.ddp` predicts instead of at the assumed efficiency."""
-    axes: Key = ()
-    """The runs row's whole configuration (`bench.results.keys.configuration_key`): every axis, the ones
-    without a field here too (channels_last, attention, ...). (): a row built by hand, its fields stand for it."""
+    def __init__(self, empty: object = None) -> None:
+        self.empty = empty
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, measured: MeasuredRow | None, owner: type) -> object:
+        if measured is None:
+            return self
+        if self.name in key_columns():
+            return measured.axes[self.name]
+        value = measured.row.get(self.name)
+        return self.empty if value is None else value
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """A runs row that carries a speed, read as cost arithmetic reads it: status ok (measured), or predicted (a
+    `bench predict` row, or a plan option of the throughput model). `row` is the row as
+    `bench.results.read.records` gives it (None where a field is empty); the columns cost arithmetic reads are
+    attributes (`_Column`), the figures derived from several columns properties.
+
+    >>> MeasuredRow({"cell_id": "c", "status": "oom"})
+    Traceback (most recent call last):
+    ...
+    ValueError: c: status oom, only ok and predicted rows carry a speed
+    """
+
+    row: Mapping[str, object]
     model_speeds: tuple[tuple[str, float], ...] = ()
     """(GPU, samples/s) the throughput model predicts for this configuration on each catalog GPU, the measuring GPU
     among them (`bench.speed.predict.model_speeds`): a GPU row's line on another GPU scales by their ratio.
     (): not traced (a CPU row, or a model the trace cannot run)."""
 
-    @classmethod
-    def from_runs_row(cls, row: Mapping[str, object]) -> MeasuredRow:
-        """One row of `results/<experiment>/<device-tag>/runs.csv` as typed values, None where empty
-        (`bench.results.read.records`); its status must be ok (or predicted, a `bench predict` row)."""
-        if row["status"] not in ("ok", "predicted"):
-            raise ValueError(f"{row['cell_id']}: status {row['status']}, only ok and predicted rows carry a speed")
+    cell_id = _Column()
+    experiment = _Column()
+    profile = _Column()
+    model = _Column()
+    image_size = _Column()
+    micro_batch = _Column()
+    accum_steps = _Column()
+    precision = _Column()
+    checkpointing = _Column()
+    optimizer = _Column()
+    world_size = _Column()
+    """Processes the row was measured on (DDP); rows with more than one measure scaling, not speed."""
+    ddp_sync = _Column()
+    input = _Column()
+    """Where the row's micro-batches came from; a loader row's speed includes this host's input pipeline."""
+    device_type = _Column()
+    device_name = _Column()
+    samples_per_s = _Column()
+    mfu_pct = _Column()
+    model_flops_per_sample = _Column()
+    peak_memory_bytes = _Column()
+    peak_reserved_bytes = _Column()
+    memory_source = _Column("")
+    scaling_efficiency = _Column()
+    """Global samples/s over world_size x the 1-process row's, measured (world_size > 1)."""
+    speed_basis = _Column("")
+    """A predicted row's basis in words: `predicted (model v3, leave-one-GPU-out, rows of conv nets on gddr GPUs:
+    median error 15.0 %, p90 28.8 %, 120 rows)`: the cross-GPU error of its kind of GPU and op mix."""
+    grads_bytes = _Column()
+    """Gradient storage of one replica (what DDP all-reduces): with it, a multi-GPU instance whose interconnect
+    is known scales as `bench.speed.ddp` predicts instead of at the assumed efficiency."""
 
-        def number(column: str) -> float | None:
-            value = row.get(column)
-            return None if value is None else float(value)
+    def __post_init__(self) -> None:
+        if self.row.get("status") not in ("ok", "predicted"):
+            raise ValueError(f"{self.row.get('cell_id')}: status {self.row.get('status')}, only ok and predicted rows "
+                             "carry a speed")
 
-        reserved = number("peak_reserved_bytes")
-        return cls(cell_id=row["cell_id"], experiment=row["experiment"], profile=row["profile"],
-                   model=row["model"], image_size=int(row["image_size"]), micro_batch=int(row["micro_batch"]),
-                   accum_steps=int(row["accum_steps"]), precision=row["precision"],
-                   checkpointing=row["checkpointing"], optimizer=row["optimizer"],
-                   device_type=row["device_type"], device_name=row["device_name"],
-                   samples_per_s=float(row["samples_per_s"]), mfu_pct=number("mfu_pct"),
-                   model_flops_per_sample=number("model_flops_per_sample"),
-                   peak_memory_bytes=int(row["peak_memory_bytes"]),
-                   peak_reserved_bytes=None if reserved is None else int(reserved),
-                   memory_source=row["memory_source"], world_size=int(row["world_size"] or 1),
-                   ddp_sync=row["ddp_sync"] or "no_sync", scaling_efficiency=number("scaling_efficiency"),
-                   input=row.get("input") or "synthetic",
-                   predicted_gpu=row.get("gpu") if row["status"] == "predicted" else None,
-                   speed_basis=row.get("speed_basis") or "",
-                   speed_interval=_row_interval(row, number),
-                   grads_bytes=None if number("grads_bytes") is None else int(number("grads_bytes")),
-                   axes=configuration_key(row))
+    @cached_property
+    def axes(self) -> dict[str, object]:
+        """The row's configuration (`key`) by column: every axis and the split."""
+        return dict(self.key())
+
+    def with_columns(self, **columns: object) -> MeasuredRow:
+        """This row with `columns` changed (its model speeds kept)."""
+        return MeasuredRow({**self.row, **columns}, self.model_speeds)
+
+    @property
+    def predicted_gpu(self) -> str | None:
+        """A predicted row's GPU (catalog key): its speed holds on that GPU only. None: a measured row."""
+        return self.row.get("gpu") if self.row["status"] == "predicted" else None
+
+    @property
+    def speed_interval(self) -> tuple[float, float] | None:
+        """(low, high) samples/s: a predicted row's 80 % band of its error (`samples_per_s_low`, `_high`), a measured
+        row's 95 % interval of its median step (`step_time_ci95_low_ms`, `_high_ms`); None where the row has none."""
+        if self.predicted_gpu is not None:
+            low, high = self.row.get("samples_per_s_low"), self.row.get("samples_per_s_high")
+            return None if low is None or high is None else (low, high)
+        slow, fast = self.row.get("step_time_ci95_high_ms"), self.row.get("step_time_ci95_low_ms")
+        if not slow or not fast:
+            return None
+        return self.effective_batch * 1e3 / slow, self.effective_batch * 1e3 / fast
 
     @property
     def effective_batch(self) -> int:
@@ -198,9 +221,9 @@ class MeasuredRow:
         return "80 % band of that error" if self.predicted_gpu else "95 % interval of the measured median step"
 
     def key(self, ignore: Iterable[str] = ()) -> Key:
-        """The row's configuration key (`bench.results.keys`), less `ignore`."""
-        own = {name: getattr(self, name) for name in key_columns() if hasattr(self, name)}
-        return configuration_key({**dict(self.axes), **own}, ignore)
+        """The row's configuration key (`bench.results.keys`), less `ignore`: every axis, those without an attribute
+        here too (channels_last, attention, ...), at its grid default where the row has none."""
+        return configuration_key(self.row, ignore)
 
     @property
     def configuration(self) -> Key:
@@ -249,18 +272,6 @@ class MeasuredRow:
         if self.memory_source == "tracked_tensors":
             return self.peak_memory_bytes, "tracked_tensors (CPU MemTracker peak; no CUDA allocator or context)"
         return self.peak_memory_bytes, self.memory_source or "peak_memory_bytes"
-
-
-def _row_interval(row: Mapping[str, object], number) -> tuple[float, float] | None:
-    """A runs row's speed interval (`MeasuredRow.speed_interval`); None where the row has none."""
-    if row["status"] == "predicted":
-        low, high = number("samples_per_s_low"), number("samples_per_s_high")
-        return None if low is None or high is None else (low, high)
-    slow, fast = number("step_time_ci95_high_ms"), number("step_time_ci95_low_ms")
-    if not slow or not fast:
-        return None
-    batch = int(row["micro_batch"]) * int(row["accum_steps"])
-    return batch * 1e3 / slow, batch * 1e3 / fast
 
 
 @dataclass(frozen=True)
@@ -329,10 +340,10 @@ def scaling_for(row: MeasuredRow, gpu_count: int, measured: MeasuredScaling, def
     row's own), else `default` (assumed).
 
     Example: measured 0.94 on 2 processes, asked for 8 GPUs:
-        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        >>> row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
         ...     micro_batch=64, accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw",
         ...     device_type="cuda", device_name="NVIDIA H200", samples_per_s=1.0, mfu_pct=None,
-        ...     model_flops_per_sample=None, peak_memory_bytes=1, world_size=2, scaling_efficiency=0.94)
+        ...     model_flops_per_sample=None, peak_memory_bytes=1, world_size=2, scaling_efficiency=0.94))
         >>> scaling_for(row, 8, measured_scaling([row]), 0.9)
         Scaling(efficiency=0.94, basis='measured with 2 processes on NVIDIA H200, applied to 8 GPUs')
     """
@@ -411,10 +422,10 @@ def gpu_speed(row: MeasuredRow, gpu: GpuSpec,
 
     Example: a row measured on an A100-40GB at 40 % MFU, projected to an H100 (same MFU):
         >>> from bench.measure.hardware import gpu_spec
-        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        >>> row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
         ...     micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw",
         ...     device_type="cuda", device_name="NVIDIA A100-SXM4-40GB", samples_per_s=5073.2,
-        ...     mfu_pct=40.0, model_flops_per_sample=24.6e9, peak_memory_bytes=2**34)
+        ...     mfu_pct=40.0, model_flops_per_sample=24.6e9, peak_memory_bytes=2**34))
         >>> speed = gpu_speed(row, gpu_spec("H100-80GB"))
         >>> speed.basis, round(speed.samples_per_s)
         ('projected_from_gpu', 16081)
@@ -515,10 +526,10 @@ class CostLine:
     def global_batch(self) -> int:
         """Samples per optimizer step across the instance: micro-batch x this line's accumulation x GPUs.
 
-        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        >>> row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
         ...     micro_batch=256, accum_steps=16, precision="bf16", checkpointing="off", optimizer="adamw",
         ...     device_type="cuda", device_name="NVIDIA H100 80GB HBM3", samples_per_s=1.0, mfu_pct=None,
-        ...     model_flops_per_sample=None, peak_memory_bytes=1)
+        ...     model_flops_per_sample=None, peak_memory_bytes=1))
         >>> from bench.cost.catalog import load_catalog
         >>> (p5,) = [i for i in load_catalog().select() if i.instance == "p5.48xlarge"]
         >>> price_line(row, p5, Workload(), Assumptions(), accum_steps_per_gpu=2).global_batch
@@ -636,9 +647,9 @@ class NotPriced:
 def not_priced(row: MeasuredRow, assumptions: Assumptions) -> NotPriced | None:
     """The one rule for which rows `bench cost` and `bench plan` price: None for a row they do.
 
-    >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cpu", model="m", image_size=32, micro_batch=4,
+    >>> row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cpu", model="m", image_size=32, micro_batch=4,
     ...     accum_steps=4, precision="fp32", checkpointing="off", optimizer="adamw", device_type="cpu",
-    ...     device_name="Some CPU", samples_per_s=40.0, mfu_pct=2.0, model_flops_per_sample=1e9, peak_memory_bytes=1)
+    ...     device_name="Some CPU", samples_per_s=40.0, mfu_pct=2.0, model_flops_per_sample=1e9, peak_memory_bytes=1))
     >>> not_priced(row, Assumptions()).label, not_priced(row, Assumptions(allow_cpu_projection=True))
     ('CPU-profile rows, not projected to GPUs (--allow-cpu-projection)', None)
     """
@@ -665,10 +676,10 @@ def price_rows(rows: list[MeasuredRow], instances: tuple[Instance, ...], workloa
 
     Example (a made-up row measured on an L4, priced on AWS's g6.xlarge):
         >>> from bench.cost.catalog import load_catalog
-        >>> row = MeasuredRow(cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
+        >>> row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cuda", model="m", image_size=224,
         ...     micro_batch=64, accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw",
         ...     device_type="cuda", device_name="NVIDIA L4", samples_per_s=400.0, mfu_pct=8.1,
-        ...     model_flops_per_sample=24.6e9, peak_memory_bytes=10 * 2**30)
+        ...     model_flops_per_sample=24.6e9, peak_memory_bytes=10 * 2**30))
         >>> g6 = [i for i in load_catalog().select() if i.instance == "g6.xlarge"]
         >>> line, = price_rows([row], tuple(g6), Workload(), Assumptions()).priced
         >>> line.basis, round(line.cost.hours_per_run, 1), round(line.cost.usd_per_run, 2)

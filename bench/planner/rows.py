@@ -23,7 +23,6 @@ from bench.planner.search import (
     check_before_tracing,
     plan_predictions,
 )
-from bench.results.keys import configuration_key
 from bench.speed.params import load_model_file
 from bench.speed.predict import model_speeds
 from bench.units import plural
@@ -108,16 +107,15 @@ def plan_rows(rows: list[MeasuredRow], *, model: str, effective_batch: int, inst
 
 
 def predicted_row(option: PlanPrediction) -> MeasuredRow:
-    """A plan option of the throughput model (`bench.planner.search.plan_predictions`), basis `predicted`."""
+    """A plan option of the throughput model (`bench.planner.search.plan_predictions`) as a predicted row: the columns
+    a `bench predict` row has for what the plan prices."""
     cell, gpu, prediction = option.cell, option.prediction.gpu, option.prediction
+    low, high = prediction.interval or (None, None)
     # the cell's own id, and the GPU: a plan prices one cell on several GPUs, each a line of its own
-    return MeasuredRow(cell_id=f"{cell.cell_id}-{gpu}",
-               experiment=cell.experiment, profile=cell.profile, model=cell.model, image_size=cell.image_size,
-               micro_batch=cell.micro_batch, accum_steps=cell.accum_steps, precision=cell.precision,
-               checkpointing=cell.checkpointing, optimizer=cell.optimizer, device_type="cuda",
-               device_name=f"predicted for {gpu}", samples_per_s=prediction.samples_per_s,
-               mfu_pct=prediction.mfu_pct, model_flops_per_sample=prediction.model_flops_per_sample,
-               peak_memory_bytes=option.peak_reserved_bytes, peak_reserved_bytes=option.peak_reserved_bytes,
-               memory_source="estimate_cuda_allocator", predicted_gpu=gpu, speed_basis=option.basis,
-               speed_interval=prediction.interval,
-               grads_bytes=option.grads_bytes or None, axes=configuration_key(cell.to_dict()))
+    return MeasuredRow({"cell_id": f"{cell.cell_id}-{gpu}", **cell.to_dict(), "status": "predicted", "gpu": gpu,
+                        "device_type": "cuda", "device_name": f"predicted for {gpu}",
+                        "samples_per_s": prediction.samples_per_s, "samples_per_s_low": low, "samples_per_s_high": high,
+                        "mfu_pct": prediction.mfu_pct, "model_flops_per_sample": prediction.model_flops_per_sample,
+                        "peak_memory_bytes": option.peak_reserved_bytes,
+                        "peak_reserved_bytes": option.peak_reserved_bytes, "memory_source": "estimate_cuda_allocator",
+                        "speed_basis": option.basis, "grads_bytes": option.grads_bytes or None})
