@@ -488,13 +488,14 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
                                                                                                     monkeypatch):
     """`bench plan` traces the line and the largest size proposed, and settles the sizes between by the chord
     (`Traced.bounds`): each GPU still gets the largest power of two a full trace of its own fits, and the memory
-    it states is never below that trace's, and at most 18 MiB above it."""
+    it states is never below that trace's, and at most 16 MiB or 0.25 % (and a segment) above it."""
     from dataclasses import replace
 
     from bench.memory.fit import memory_fit
     from bench.memory.probe import estimated_peak_bytes
     from bench.memory.allocator import CUDA_SEGMENT_BYTES
-    from bench.planner.search import SETTLED_WITHIN_BYTES, PlanCandidates, Progress, plan_predictions
+    from bench.planner.search import (SETTLED_WITHIN_BYTES, SETTLED_WITHIN_SHARE, PlanCandidates, Progress,
+                                      plan_predictions)
 
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
     request = PlanCandidates(model="test_resnet", image_size=224, effective_batch=2 ** 15, precisions=("bf16",),
@@ -506,7 +507,8 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
     for option in options:
         m, gpu = option.cell.micro_batch, gpu_spec(option.prediction.gpu)
         exact = estimated_peak_bytes(replace(option.cell, accum_steps=2), "cuda")[0]
-        assert 0 <= option.peak_reserved_bytes - exact <= SETTLED_WITHIN_BYTES + CUDA_SEGMENT_BYTES
+        settled_within = max(SETTLED_WITHIN_BYTES, SETTLED_WITHIN_SHARE * option.peak_reserved_bytes)
+        assert 0 <= option.peak_reserved_bytes - exact <= settled_within + CUDA_SEGMENT_BYTES
         assert memory_fit(exact, request.headroom, gpu.memory_gib).fits
         if 2 * m <= request.effective_batch:
             double = estimated_peak_bytes(replace(option.cell, micro_batch=2 * m, accum_steps=2), "cuda")[0]
