@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the types, for readers and checkers; imported lazily below
     from bench.planner.ranking import Plan
     from bench.report.compare import Comparison
     from bench.speed.predict import GridPrediction
+    from bench.speed.refit import Fitted, Validated
 
 __all__ = ["load_grid", "estimate", "estimate_grids", "predict_grids", "measure_cell", "run_grid", "probe",
            "probe_report", "price", "plan", "read_rows", "load_for_device", "compare"]
@@ -104,6 +105,44 @@ def predict_grids(files: Iterable[str | Path], *, gpus: Iterable[str] = (), only
         with refused_step(grid.name, f"a cell of {grid.path} ({sizes})"):
             predicted.append(predict_grid_files(grid, Path(results_root), gpus or None, on_row))
     return predicted
+
+
+# The throughput model's own files (developer work: `bench predict --fit`, `--validate`, `--trace-reference`,
+# `--measure-host`); not in `__all__`, they rewrite the repository's data, not a user's results.
+
+def refit_speed_model() -> Fitted:
+    """Fit the throughput model's efficiency parameters on the traced reference rows -> `bench/data/speed_params.json`
+    (its version and validation kept until `validate_speed_model` measures the new fit)."""
+    from bench.speed.refit import refit
+
+    return refit()
+
+
+def validate_speed_model(folder: str | Path = "docs/speed") -> tuple[Validated, str, list[Path]]:
+    """The model's errors on held-out public rows: CSVs under `folder`, the bands into the parameter file, then the
+    page and charts (`bench.report.speed_validation`): (what was measured, the page's text, the page and charts)."""
+    from bench.report.speed_validation import write_validation_report
+    from bench.speed.refit import revalidate
+
+    validated = revalidate(Path(folder))
+    text, written = write_validation_report(validated, Path(folder))
+    return validated, text, written
+
+
+def trace_speed_reference(on_begin: Callable[[int], None] | None = None,
+                          on_trace: Callable[[Any, str], None] | None = None) -> tuple[Path, int]:
+    """Trace the reference rows' configurations again -> `bench/data/reference/reference_ops.csv.gz` (minutes):
+    (the file, the traces)."""
+    from bench.speed.refit import retrace_reference
+
+    return retrace_reference(on_begin, on_trace)
+
+
+def measure_speed_host() -> tuple[dict, Path]:
+    """This CPU's cost per dispatched op -> `bench/data/host_dispatch.csv`: (the row, the file)."""
+    from bench.speed.refit import remeasure_host
+
+    return remeasure_host()
 
 
 def measure_cell(cell: Cell, *, device: Literal["auto", "cuda", "cpu"] = "auto", timeout_s: float = 600.0,

@@ -431,7 +431,7 @@ def test_a_model_scaled_projection_takes_both_predictions_from_the_fit_that_neve
 
 
 def test_the_validation_page_states_every_slice_and_both_projections():
-    from bench.commands.speed import _validation_markdown
+    from bench.report.speed_validation import validation_markdown
     from bench.speed.params import ErrorBand
 
     model = load_model_file()
@@ -442,7 +442,7 @@ def test_the_validation_page_states_every_slice_and_both_projections():
               "projection_by_pair": [], "model_scaled": scaled, "logo_by_gpu": [], "logo_by_family": [],
               "lofo_by_family": [], "lofo_by_gpu": []}
     ratios = [{"model": "resnet50", "precision": "bf16", "micro_batch": 256, "L4_x": 0.3, "L4_mfu_pct": 10.0}]
-    page = _validation_markdown(tables, ratios, model.version)
+    page = validation_markdown(tables, ratios, model.version)
     assert all(f"| {key} | {band.rows} |" in page for key, band in model.bands.items())
     assert "held out by GPU: **61.0 %** of 340 predictions" in page
     assert "divided by the 94.5th and 5.5th percentiles" in page and "predicted/measured p5.5 | p94.5 |" in page
