@@ -212,8 +212,8 @@ class ProcessMeasurement:
     host_threads: int
     """The cores the process needed to itself: judged against the foreign load it was timed under."""
     cpu_threads: int | None = None
-    """The intra-op threads it ran with where they differ from the device's (a DDP rank's share, a loader's
-    training process); None: the device's."""
+    """The intra-op threads it ran with, recorded where they may differ from the device's (a DDP rank's share, a
+    loader cell's training process beside its workers); None: the device's."""
     expandable_segments: bool | None = None
     warmup_steps_run: int = 0
     ci95_target_rel: float | None = None
@@ -230,14 +230,14 @@ class ProcessMeasurement:
 def one_process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSample | None,
                         peak: PeakFlops) -> dict:
     """A 1-process cell's measured columns, with the columns that data-parallel rows also carry."""
-    columns = process_columns(measured, cell, flops, peak)
+    columns = _process_columns(measured, cell, flops, peak)
     return {**columns, "peak_memory_max_rank_bytes": columns["peak_memory_bytes"],
             "peak_memory_min_rank_bytes": columns["peak_memory_bytes"],
             "global_samples_per_s": columns["samples_per_s"]}
 
 
-def process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSample | None, peak: PeakFlops,
-                    step_times_ms: list[float] | None = None) -> dict:
+def _process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSample | None, peak: PeakFlops,
+                     step_times_ms: list[float] | None = None) -> dict:
     """One process's measured columns (status ok): its memory, its timed steps (or `step_times_ms`, a data-parallel
     cell's slowest rank per step), its input and all-reduces, and how it was timed."""
     foreign = measured.foreign_load_cores
@@ -286,9 +286,9 @@ def rank_columns(ranks: list[ProcessMeasurement], cell: Cell, flops: FlopsPerSam
     (160.0, 320.0, 2.0)
     """
     slowest_ms = [max(times) for times in zip(*(r.step_times_ms for r in ranks))]
-    each = [process_columns(r, cell, flops, peak) for r in ranks]
+    each = [_process_columns(r, cell, flops, peak) for r in ranks]
     peaks = [columns["peak_memory_bytes"] for columns in each]
-    row = process_columns(ranks[0], cell, flops, peak, step_times_ms=slowest_ms)
+    row = _process_columns(ranks[0], cell, flops, peak, step_times_ms=slowest_ms)
     static = row["params_bytes"] + row["grads_bytes"] + row["optimizer_state_bytes"]
     row.update(
         peak_memory_bytes=max(peaks), activations_peak_bytes=max(peaks) - static,
