@@ -40,12 +40,12 @@ def _row(model_speeds: tuple = (), **changes) -> MeasuredRow:
     """
     if "samples_per_s" in changes and "mfu_pct" not in changes:
         changes["mfu_pct"] = 100 * changes["samples_per_s"] * 24.6e9 / 312e12
-    base = MeasuredRow(dict(status="ok", cell_id="r50-128x1", experiment="resnet50", profile="cuda", model="resnet50",
-                       image_size=224, micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off",
-                       optimizer="adamw", device_type="cuda", device_name="NVIDIA A100-SXM4-40GB",
-                       samples_per_s=samples_per_s_at(40.0, 24.6e9, 312e12), mfu_pct=40.0,
-                       model_flops_per_sample=24.6e9, peak_memory_bytes=20 * GIB, memory_source="cuda_allocator"))
-    return MeasuredRow({**base.row, **changes}, model_speeds)
+    base = dict(status="ok", cell_id="r50-128x1", experiment="resnet50", profile="cuda", model="resnet50",
+                image_size=224, micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off",
+                optimizer="adamw", device_type="cuda", device_name="NVIDIA A100-SXM4-40GB",
+                samples_per_s=samples_per_s_at(40.0, 24.6e9, 312e12), mfu_pct=40.0,
+                model_flops_per_sample=24.6e9, peak_memory_bytes=20 * GIB, memory_source="cuda_allocator")
+    return MeasuredRow({**base, **changes}, model_speeds)
 
 
 def _instance(gpu: str, gpu_count: int = 1, usd_per_hour: float = 1.0, **changes) -> Instance:

@@ -104,8 +104,8 @@ def test_every_multi_gpu_catalog_instance_says_its_interconnect_with_a_source():
 
 
 def _predicted_row(**changes) -> MeasuredRow:
-    row = MeasuredRow(dict(status="predicted", gpu="L40S", cell_id="p", experiment="plan", profile="cuda", model="vit_large_patch16_224", image_size=224,
-                      micro_batch=32, accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw",
+    row = MeasuredRow(dict(status="predicted", gpu="L40S", cell_id="p", experiment="plan", profile="cuda",
+                      model="vit_large_patch16_224", image_size=224, micro_batch=32, accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw",
                       device_type="cuda", device_name="predicted for L40S", samples_per_s=80.0, mfu_pct=None,
                       model_flops_per_sample=None, peak_memory_bytes=20 * GIB, memory_source="estimate_cuda_allocator",
                       speed_basis="predicted (model v3)", grads_bytes=int(VIT_L_GRADS)))

@@ -106,8 +106,8 @@ def test_a_runs_file_naming_code_is_priced_without_running_it():
     """A runs file is data: a GPU row whose model names code is priced without tracing (which would run it)."""
     from bench.cost.price import MeasuredRow
 
-    row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cuda", model="resnet50", image_size=224, micro_batch=64,
-                      accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
+    row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cuda", model="resnet50", image_size=224,
+                      micro_batch=64, accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
                       device_name="NVIDIA A100-SXM4-40GB", samples_per_s=1000.0, mfu_pct=None,
                       model_flops_per_sample=None, peak_memory_bytes=2**30))
     assert row.projectable_by_model  # a timm model's row is traced to carry it to another GPU

@@ -500,8 +500,8 @@ def _plan_for(vcpus: int | None, costs: list) -> str:
     from bench.planner.render import plan_text
     from bench.cost.price import Assumptions, MeasuredRow
 
-    row = MeasuredRow(dict(status="ok", cell_id="r", experiment="e", profile="cuda", model="resnet50", image_size=224, micro_batch=128,
-                      accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
+    row = MeasuredRow(dict(status="ok", cell_id="r", experiment="e", profile="cuda", model="resnet50", image_size=224,
+                      micro_batch=128, accum_steps=1, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
                       device_name="NVIDIA H200", samples_per_s=3000.0, mfu_pct=None, model_flops_per_sample=None,
                       peak_memory_bytes=2**34))
     h200 = Instance(provider="test", instance="h200x8", gpu="H200", gpu_count=8, gpu_memory_gb=141,
@@ -538,8 +538,8 @@ def test_cost_lines_carry_the_feeding_columns_and_loader_rows_are_not_priced():
     from bench.cost.outputs import markdown, record
     from bench.cost.price import Assumptions, MeasuredRow, Workload, price_rows
 
-    row = MeasuredRow(dict(status="ok", cell_id="r", experiment="e", profile="cuda", model="m", image_size=224, micro_batch=64,
-                      accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
+    row = MeasuredRow(dict(status="ok", cell_id="r", experiment="e", profile="cuda", model="m", image_size=224,
+                      micro_batch=64, accum_steps=2, precision="bf16", checkpointing="off", optimizer="adamw", device_type="cuda",
                       device_name="NVIDIA L4", samples_per_s=400.0, mfu_pct=None, model_flops_per_sample=None,
                       peak_memory_bytes=2**33))
     g6 = Instance(provider="aws", instance="g6.xlarge", gpu="L4", gpu_count=1, gpu_memory_gb=24, usd_per_hour=0.8,

@@ -647,8 +647,8 @@ class NotPriced:
 def not_priced(row: MeasuredRow, assumptions: Assumptions) -> NotPriced | None:
     """The one rule for which rows `bench cost` and `bench plan` price: None for a row they do.
 
-    >>> row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cpu", model="m", image_size=32, micro_batch=4,
-    ...     accum_steps=4, precision="fp32", checkpointing="off", optimizer="adamw", device_type="cpu",
+    >>> row = MeasuredRow(dict(status="ok", cell_id="c", experiment="e", profile="cpu", model="m", image_size=32,
+    ...     micro_batch=4, accum_steps=4, precision="fp32", checkpointing="off", optimizer="adamw", device_type="cpu",
     ...     device_name="Some CPU", samples_per_s=40.0, mfu_pct=2.0, model_flops_per_sample=1e9, peak_memory_bytes=1))
     >>> not_priced(row, Assumptions()).label, not_priced(row, Assumptions(allow_cpu_projection=True))
     ('CPU-profile rows, not projected to GPUs (--allow-cpu-projection)', None)

@@ -69,7 +69,8 @@ def measure_cpu_peak(device: DeviceInfo, precision: str) -> dict:
     foreign = foreign_load_cores(before, read_load())
     return {"device_tag": device.tag, "device_name": device.name, "threads": device.threads, "precision": precision,
             "flops_per_s": flops, "matrix_side": side, "rounds": CPU_ROUNDS, "seconds_per_round": CPU_SECONDS_PER_ROUND,
-            "measured_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch_version": torch.__version__,
+            "measured_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "torch_version": torch.__version__,
             "foreign_load_cores": None if foreign is None else round(foreign, 3)}
 
 

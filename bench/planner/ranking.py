@@ -200,8 +200,8 @@ def make_plan(rows: list[MeasuredRow], instances: tuple[Instance, ...], request:
     Example: two made-up L4 rows; the larger micro-batch is faster, so it wins on the one instance:
         >>> from bench.cost.catalog import load_catalog
         >>> def row(micro, accum, samples_per_s):
-        ...     return MeasuredRow(dict(status="ok", cell_id=f"{micro}x{accum}", experiment="e", profile="cuda", model="m",
-        ...         image_size=224, micro_batch=micro, accum_steps=accum, precision="bf16", checkpointing="off",
+        ...     return MeasuredRow(dict(status="ok", cell_id=f"{micro}x{accum}", experiment="e", profile="cuda",
+        ...         model="m", image_size=224, micro_batch=micro, accum_steps=accum, precision="bf16", checkpointing="off",
         ...         optimizer="adamw", device_type="cuda", device_name="NVIDIA L4", samples_per_s=samples_per_s,
         ...         mfu_pct=None, model_flops_per_sample=None, peak_memory_bytes=2**33))
         >>> g6 = tuple(i for i in load_catalog().select() if i.instance == "g6.xlarge")

@@ -1,7 +1,7 @@
 """The one reader of runs files: every row checked against the schema, then typed rows as a DataFrame.
 
-Every command reads runs files here (and the other results tables: `read_table`), and nothing here writes. A row is checked field by field
-against `bench.results.schema.COLUMNS` (or the schema a caller passes): the number of fields,
+Every command reads runs files here (and the other results tables: `read_table`), and nothing here writes. A row
+is checked field by field against `bench.results.schema.COLUMNS` (or the schema a caller passes): the number of fields,
 the cell id's form, the status, whole numbers, numbers, true/false and JSON. A file that fails is
 one `ResultsFileError` naming the file, the line and the column. A last line without its newline
 (an append cut short by a kill or a full disk) is left out and reported; only `bench run` repairs it
