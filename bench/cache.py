@@ -41,6 +41,13 @@ def enabled() -> bool:
     return os.environ.get(NO_CACHE_ENV, "") in ("", "0")
 
 
+def use_cache_folder(root: str) -> None:
+    """In a child process: the parent's cache folder, on (a fork server's environment is the one it started with,
+    not the parent's now)."""
+    os.environ[CACHE_ENV] = root
+    os.environ.pop(NO_CACHE_ENV, None)
+
+
 @cache
 def package_versions() -> dict[str, str]:
     """torch's, timm's and bench's installed versions, read from the package metadata (nothing imported)."""

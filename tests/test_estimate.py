@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import bench_in_process, measured_columns, read_rows
+from conftest import bench_in_process, measured_columns, read_rows, tiny_grid
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -130,3 +130,31 @@ def test_the_fake_warm_up_leaves_what_a_real_warm_up_step_leaves(optimizer, prec
     real_optimizer = cell_optimizer(cell, model)
     train_step(model, real_optimizer, [cell_batch(cell, "cpu")], precision, zero_grad=zero_grad)
     assert fake == left(model, real_optimizer) and fake[0][0]  # the state exists
+
+
+@pytest.mark.serial  # starts the second tracing process
+def test_a_long_grid_is_traced_from_both_ends_and_estimated_as_one_process_does(tmp_path, monkeypatch, write_grid):
+    """From `BOTH_ENDS_MIN_CELLS` cells, a child of the fork server traces the grid from its last cell back while the
+    estimate goes forward (`tracing_from_both_ends`): the rows are the ones a single process writes."""
+    import os
+
+    import bench.isolation
+    from bench.grid.spec import load_grid
+    from bench.memory.estimate_grid import estimate_grid
+    from bench.memory.traces import BOTH_ENDS_MIN_CELLS
+
+    grid = load_grid(write_grid(tiny_grid("both_ends", effective_batch=8, pairs="[[8, 1], [2, 4]]").replace(
+        'precision = ["fp32"]\n        optimizer = ["sgd"]',
+        'precision = ["fp32", "bf16"]\n        optimizer = ["sgd", "adamw"]')), "cuda")
+    assert len(grid.cells) >= BOTH_ENDS_MIN_CELLS
+    started = []
+    real_fork_server = bench.isolation.fork_server
+    monkeypatch.setattr(bench.isolation, "fork_server", lambda: started.append(True) or real_fork_server())
+    figures = []
+    for run, cores in enumerate((2, 1)):
+        monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / f"cache-{run}"))
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))
+        rows = read_rows(estimate_grid(grid, tmp_path / f"results-{run}"))
+        figures.append([{k: v for k, v in row.items() if k not in ("started_utc", "duration_s")} for row in rows])
+    assert started == [True]  # the second process, in the 2-core run only
+    assert figures[0] == figures[1] and len(figures[0]) == len(grid.cells)

@@ -22,7 +22,7 @@ from bench.memory.estimate import CUDA_MODEL, CUDA_UNMODELLED, Estimate, Target
 from bench.memory.fake_models import FakeModels
 from bench.measure.memory import TracedStep
 from bench.memory.fit import DEFAULT_HEADROOM, fitting_gpus
-from bench.memory.traces import traced
+from bench.memory.traces import traced, tracing_from_both_ends
 from bench.results.provenance import provenance, utc_now
 from bench.results.rows import cell_row, failure_from, memory_columns
 from bench.results.schema import ESTIMATE_COLUMNS
@@ -130,18 +130,19 @@ def estimate_grid(grid: Grid, results_root: Path, on_row: Callable[[dict, int, i
     preflight(runs.path.parent, "estimate rows", "nothing was estimated")  # so does a folder that cannot take rows
     stamp = provenance()
     models = models or FakeModels()
-    for index, cell in enumerate(grid.cells):
-        started = utc_now()
-        began = time.monotonic()
-        try:
-            outcome = estimated_row(cell, target, models)
-        except Exception as exc:  # noqa: BLE001 - a cell that cannot be estimated is a row, not a stop
-            outcome = failure_from(exc)
-        row = cell_row("estimated", cell, device, stamp, outcome, device_tag=ESTIMATE_FOLDER, started_utc=started,
-                       duration_s=round(time.monotonic() - began, 3))
-        runs.write(row)
-        if on_row:
-            on_row(row, index, len(grid.cells))
+    with tracing_from_both_ends(grid.cells, target):  # the later cells' traces from a second process, side by side
+        for index, cell in enumerate(grid.cells):
+            started = utc_now()
+            began = time.monotonic()
+            try:
+                outcome = estimated_row(cell, target, models)
+            except Exception as exc:  # noqa: BLE001 - a cell that cannot be estimated is a row, not a stop
+                outcome = failure_from(exc)
+            row = cell_row("estimated", cell, device, stamp, outcome, device_tag=ESTIMATE_FOLDER,
+                           started_utc=started, duration_s=round(time.monotonic() - began, 3))
+            runs.write(row)
+            if on_row:
+                on_row(row, index, len(grid.cells))
     return runs.path
 
 

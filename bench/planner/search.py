@@ -311,17 +311,10 @@ def check_before_tracing(request: PlanCandidates, check: Callable[[Cell], None],
 
 def _check_in_child(check: Callable[[Cell], None], cell: Cell, cache_root: str) -> None:
     """In a child process: the check, storing what it learns in the parent's cache."""
-    _use_cache(cache_root)
+    from bench.cache import use_cache_folder
+
+    use_cache_folder(cache_root)
     check(cell)
-
-
-def _use_cache(cache_root: str) -> None:
-    """In a child process: the parent's cache folder, on (the fork server's environment is the one it started with,
-    not the parent's now)."""
-    from bench.cache import CACHE_ENV, NO_CACHE_ENV
-
-    os.environ[CACHE_ENV] = cache_root
-    os.environ.pop(NO_CACHE_ENV, None)
 
 
 def _trace_apart(request: PlanCandidates,
@@ -364,7 +357,9 @@ def _trace_configuration(request: PlanCandidates, precision: str, checkpointing:
                          cache_root: str) -> tuple[int, float]:
     """In a child process: trace what one configuration's options need into the disk cache at `cache_root` (the
     parent's: the fork server's environment is the one it started with); (traces, seconds)."""
-    _use_cache(cache_root)
+    from bench.cache import use_cache_folder
+
+    use_cache_folder(cache_root)
     began, progress = time.monotonic(), Progress()
     _configuration_predictions(request, precision, checkpointing, FakeModels(), load_model_file(), progress)
     return progress.traces, time.monotonic() - began
