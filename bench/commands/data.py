@@ -28,7 +28,7 @@ def make_set(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from bench.errors import OptionError
-    from bench.measure.input_pipeline import usable_cpus
+    from bench.measure.host import usable_cpus
     from bench.train.imagenet_like import (
         IMAGENET_TRAIN,
         GeneratedSetSpec,

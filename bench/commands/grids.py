@@ -161,7 +161,7 @@ def data_for(grids: list[Grid], data_dir: Path | None):
     if data_dir is None and not any(cell.input != "synthetic" for grid in grids for cell in grid.cells):
         return None
     from bench.commands.data import announce_generation  # late: torchvision only here
-    from bench.measure.input_pipeline import usable_cpus
+    from bench.measure.host import usable_cpus
     from bench.train.data import open_data
 
     if data_dir is None:

@@ -150,6 +150,14 @@ def available_memory_bytes() -> int | None:
     return None
 
 
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def machine_cpus() -> int:
     """Logical CPUs /proc/stat counts busy time over: the whole machine's, not this process's affinity."""
     return os.cpu_count() or 1

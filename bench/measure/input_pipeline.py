@@ -104,11 +104,3 @@ def pinned_peak_bytes(device: torch.device) -> int:
     if device.type != "cuda" or not torch.cuda.is_initialized():
         return 0
     return int(torch.cuda.host_memory_stats().get("allocated_bytes.peak", 0))
-
-
-def usable_cpus() -> int:
-    """Cores this process may run on (its affinity), else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1

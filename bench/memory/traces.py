@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
@@ -139,9 +138,9 @@ def tracing_from_both_ends(cells: list[Cell], target: Target) -> Iterator[None]:
     when the body ends, however it ends (what it was tracing then, the body has traced or no longer needs)."""
     from bench.cache import cache_dir, enabled
     from bench.isolation import fork_server, preload_in_children
+    from bench.measure.host import usable_cpus
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if len(cells) < BOTH_ENDS_MIN_CELLS or cores < 2 or not enabled():
+    if len(cells) < BOTH_ENDS_MIN_CELLS or usable_cpus() < 2 or not enabled():
         yield
         return
     preload_in_children("bench.memory.estimate")

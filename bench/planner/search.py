@@ -16,13 +16,13 @@ prediction carries the fp32 gradient bytes, so a multi-GPU instance scales as it
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from bench.grid.cell import Cell
 from bench.measure.hardware import GpuSpec, gpu_spec
+from bench.measure.host import usable_cpus
 from bench.measure.op_table import StepOps
 from bench.memory.allocator import CUDA_SEGMENT_BYTES, whole_segments
 from bench.memory.fake_models import FakeModels
@@ -288,7 +288,7 @@ def _to_trace_apart(request: PlanCandidates, configurations: list[tuple[str, str
     from bench.cache import enabled
     from bench.memory.traces import is_stored
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     todo = [(precision, checkpointing) for precision, checkpointing in configurations
             if not all(is_stored(request.cell(m, precision, checkpointing), "cuda") for m in TRACED_MICRO_BATCHES)]
     return todo if len(todo) >= 2 and cores >= 2 and enabled() else []
@@ -328,7 +328,7 @@ def _trace_apart(request: PlanCandidates,
     from bench.cache import cache_dir
     from bench.isolation import SIGNAL_CHECK_S, fork_server
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     todo = _to_trace_apart(request, configurations)
     if not todo:
         return {}

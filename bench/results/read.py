@@ -1,8 +1,8 @@
 """The one reader of runs files: every row checked against the schema, then typed rows as a DataFrame.
 
-Every command reads runs files here (and the other results tables: `read_table`), and nothing here writes. A row
-is checked field by field against `bench.results.schema.COLUMNS` (or the schema a caller passes): the number of fields,
-the cell id's form, the status, whole numbers, numbers, true/false and JSON. A file that fails is
+Every command reads runs files here (and the other results tables: `read_table`), and nothing here writes. A
+row is checked field by field against `bench.results.schema.COLUMNS` (or the schema a caller passes): the number
+of fields, the cell id's form, the status, whole numbers, numbers, true/false and JSON. A file that fails is
 one `ResultsFileError` naming the file, the line and the column. A last line without its newline
 (an append cut short by a kill or a full disk) is left out and reported; only `bench run` repairs it
 (`bench.results.store.RunsFile.repair_torn_tail`).
@@ -227,7 +227,7 @@ def read_runs(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
 
 
 def read_table(path: Path, columns: dict[str, Column]) -> pd.DataFrame:
-    """A results table that is not a runs file (a CPU's stored peaks, the estimator's validation sides), every line
+    """A results table that is not a runs file (the estimator's validation sides and parameter counts), every line
     checked and typed as a runs file's are (`read_text`, `typed`): each row as written, in order, none replacing
     another; an empty frame where there is no file."""
     return typed(read_text(path, columns, every_row=True).rows, columns)

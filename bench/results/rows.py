@@ -236,10 +236,9 @@ def one_process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPe
             "global_samples_per_s": columns["samples_per_s"]}
 
 
-def _process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSample | None, peak: PeakFlops,
-                     step_times_ms: list[float] | None = None) -> dict:
-    """One process's measured columns (status ok): its memory, its timed steps (or `step_times_ms`, a data-parallel
-    cell's slowest rank per step), its input and all-reduces, and how it was timed."""
+def _process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSample | None, peak: PeakFlops) -> dict:
+    """One process's measured columns (status ok): its memory, its timed steps, its input and all-reduces, and how
+    it was timed."""
     foreign = measured.foreign_load_cores
     allreduce, steps = measured.allreduce, len(measured.step_times_ms)
     return {
@@ -248,7 +247,7 @@ def _process_columns(measured: ProcessMeasurement, cell: Cell, flops: FlopsPerSa
                          peak_allocated_bytes=measured.peak_allocated_bytes,
                          peak_reserved_bytes=measured.peak_reserved_bytes, params_bytes=measured.params_bytes,
                          optimizer_state_bytes=measured.optimizer_state_bytes, param_count=measured.param_count),
-        **throughput_columns(cell.effective_batch, step_times_ms or measured.step_times_ms, flops, peak),
+        **throughput_columns(cell.effective_batch, measured.step_times_ms, flops, peak),
         **({"allreduce_calls_per_step": allreduce.bucket_calls / steps,
             "synced_backwards_per_step": allreduce.synced_backwards / steps,
             "allreduce_ms_per_step": allreduce.total_ms / steps} if allreduce else {}),
@@ -288,7 +287,7 @@ def rank_columns(ranks: list[ProcessMeasurement], cell: Cell, flops: FlopsPerSam
     slowest_ms = [max(times) for times in zip(*(r.step_times_ms for r in ranks))]
     each = [_process_columns(r, cell, flops, peak) for r in ranks]
     peaks = [columns["peak_memory_bytes"] for columns in each]
-    row = _process_columns(ranks[0], cell, flops, peak, step_times_ms=slowest_ms)
+    row = {**each[0], **throughput_columns(cell.effective_batch, slowest_ms, flops, peak)}
     static = row["params_bytes"] + row["grads_bytes"] + row["optimizer_state_bytes"]
     row.update(
         peak_memory_bytes=max(peaks), activations_peak_bytes=max(peaks) - static,

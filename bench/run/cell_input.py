@@ -26,12 +26,12 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from bench.grid.cell import Cell
 from bench.measure.cpu import cpu_model_name
+from bench.measure.host import usable_cpus
 from bench.measure.input_pipeline import (
     LoaderAlone,
     pinned_peak_bytes,
     process_cpu_s,
     process_memory,
-    usable_cpus,
 )
 from bench.results.rows import InputMeasurement
 from bench.train.data import (
