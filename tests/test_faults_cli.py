@@ -16,13 +16,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import CPU_ROWS, CPU_TAG, REPO, bench_in_process, read_rows
+from conftest import CPU_ROWS, CPU_TAG, REPO, bench_in_process, read_rows, tiny_grid
 from test_faults import GRID_CASES
 
 from bench.cli import main
@@ -382,25 +383,32 @@ def test_run_refuses_a_runs_file_linked_from_outside_before_measuring(work, caps
     assert outside.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["runs.csv"]
 
 
-def test_run_refuses_a_runs_file_of_an_earlier_version_before_measuring_and_leaves_it_as_it_was(work, capsys):
+@pytest.mark.slow
+def test_run_writes_a_runs_file_of_an_earlier_version_under_todays_header_keeping_every_row(work, capsys):
     import csv
     import io
 
     from bench.measure.device import detect_device
+    from bench.results.read import read_text
+    from bench.results.schema import COLUMNS
 
     rows = list(csv.reader(ROWS.read_text().splitlines()))
-    keep = [i for i, name in enumerate(rows[0]) if name != "foreign_load_cores"]  # a column added later
+    keep = [i for i, name in enumerate(rows[0]) if name not in ("foreign_load_cores", "run_id")]  # added later
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows([[row[i] for i in keep] for row in rows])
-    folder = work / "results" / "smoke" / detect_device("cpu").tag
+    grid = work / "one.toml"
+    grid.write_text(textwrap.dedent(tiny_grid("one", pairs="[[4, 1]]")))
+    folder = work / "results" / "one" / detect_device("cpu").tag
     folder.mkdir(parents=True)
     (folder / "runs.csv").write_text(buffer.getvalue())
-    before = (folder / "runs.csv").read_bytes()
-    assert main(["run", str(SMOKE), "--device", "cpu", "--results", str(work / "results")]) == 2
-    error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1 and "Traceback" not in error, error
-    assert str(folder / "runs.csv") in error and "earlier version" in error and "move it aside" in error
-    assert (folder / "runs.csv").read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["runs.csv"]
+    before = read_text(folder / "runs.csv").rows
+    assert main(["run", str(grid), "--device", "cpu", "--results", str(work / "results")]) == 0
+    note = f"{folder / 'runs.csv'}: written by an earlier version of bench; rewritten under today's header"
+    assert note in capsys.readouterr().err
+    after = read_text(folder / "runs.csv")
+    assert after.header == list(COLUMNS) and after.rows[:len(before)] == before  # every earlier row as it was
+    assert [row["status"] for row in after.rows[len(before):]] == ["ok"] and after.rows[-1]["run_id"]
+    assert sorted(p.name for p in folder.iterdir()) == ["runs.csv"]  # no temporary or side file left
 
 
 # --- catalogs -----------------------------------------------------------------------------------------

@@ -116,26 +116,21 @@ def test_bench_measure_rows_of_a_hub_model_say_which_of_the_options_and_the_conf
         "num_classes --num-classes, in_chans --input-size, model_kwargs --model-kwargs over hub config"
 
 
-def test_a_runs_file_from_before_the_config_source_column_takes_rows_that_leave_it_empty(tmp_path):
-    """Adding `model_config_source` must not orphan every committed runs file: a file whose header lacks it takes a
-    row that leaves it empty (appended in the file's own columns), and refuses, in one line, a row that fills it."""
+def test_a_runs_file_from_before_the_config_source_column_takes_a_row_that_fills_it(tmp_path):
+    """Adding `model_config_source` must not orphan a committed runs file: a file whose header lacks it is written
+    once under today's header, its rows as they were, and takes a hub cell's row that fills it."""
     from conftest import CPU_ROWS
 
-    from bench.errors import ResultsFileError
     from bench.results.read import read_text
     from bench.results.schema import COLUMNS
     from bench.results.store import RunsFile
 
     old = tmp_path / "runs.csv"
     old.write_text(CPU_ROWS.read_text())
-    header = read_text(old).header
-    assert "model_config_source" not in header
-    row = {**read_text(CPU_ROWS).rows[0], "cell_id": "new-cell", "model_config_source": ""}
+    before = read_text(old)
+    assert "model_config_source" not in before.header
     runs = RunsFile(old, COLUMNS)
-    runs.refuse_older_schema()
-    runs.write(row)
+    runs.write({**before.rows[0], "cell_id": "hub-cell", "model_config_source": "num_classes hub config"})
     after = read_text(old)
-    assert after.header == header and after.rows[-1]["cell_id"] == "new-cell"
-    with pytest.raises(ResultsFileError, match="model_config_source"):
-        runs.write({**row, "cell_id": "hub-cell", "model_config_source": "num_classes hub config"})
-    assert read_text(old).rows[-1]["cell_id"] == "new-cell"
+    assert after.header == list(COLUMNS) and after.rows[:-1] == before.rows
+    assert after.rows[-1]["model_config_source"] == "num_classes hub config"

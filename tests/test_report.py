@@ -236,10 +236,11 @@ def test_the_data_parallel_and_input_tables_carry_each_rows_timing_flags():
     assert input_table(rows)["flags"].tolist() == ["NOISY LOADED"]
 
 
-def _measured_at(rate: float, started: str) -> dict:
+def _measured_at(rate: float, started: str, run_id: str = "") -> dict:
     """The fixture's 8x1 cell measured at `rate` samples/s, its median's 95 % interval +-2 %."""
     step_ms = 1e3 * 8 / rate
     return _row(8, 1) | {"samples_per_s": rate, "step_time_median_ms": step_ms, "started_utc": started,
+                         "run_id": run_id,
                          "step_time_ci95_low_ms": 0.98 * step_ms, "step_time_ci95_high_ms": 1.02 * step_ms}
 
 
@@ -249,11 +250,12 @@ def test_a_cell_measured_twice_keeps_both_rows_and_says_whether_they_disagree_be
     """Run-to-run drift is shown, not averaged away: both measurements, each with its own interval, the spread
     between them, and whether it exceeds what each run's own steps show."""
     runs = RunsFile(tmp_path / "runs.csv")
-    runs.write(_measured_at(200.0, "2026-12-01T10:00:00+00:00"))
-    runs.write(_measured_at(rerun_rate, "2026-12-02T10:00:00+00:00"))  # a rerun (--force) appends
+    runs.write(_measured_at(200.0, "2026-12-01T10:00:00+00:00"))  # measured before rows carried a run id
+    runs.write(_measured_at(rerun_rate, "2026-12-02T10:00:00+00:00", "20261202T100000Z-42"))  # --force appends
     assert len(read_runs(tmp_path / "runs.csv")) == 1  # the tables read the last
     table = run_to_run(read_runs(tmp_path / "runs.csv", every_row=True))
     assert table["samples/s"].tolist() == [200.0, rerun_rate]
+    assert table["run"].tolist() == ["before run ids", "20261202T100000Z-42"]
     assert set(table["runs disagree"]) == {disagree}
     assert table["between runs (slowest / fastest)"].iloc[0] == round(min(200, rerun_rate) / max(200, rerun_rate), 3)
 

@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO
 
 import bench.results.read
+import bench.results.store
 from bench.results.read import file_schema, read_runs, read_text
 from bench.results.rows import checked
 from bench.results.schema import SCHEMAS
@@ -19,19 +20,43 @@ OLD = {"cell_id": "", "status": "", "samples_per_s": ""}
 NEW = {**OLD, "world_size": "axis added later", "allreduce_ms": "measurement added later"}
 
 
-def test_an_older_file_reads_with_new_axes_at_their_default_and_is_never_rewritten(tmp_path, monkeypatch):
+def test_an_older_file_reads_with_new_axes_at_their_default_and_takes_rows_under_todays_header(tmp_path,
+                                                                                             monkeypatch):
     monkeypatch.setattr(bench.results.read, "extra_axis_defaults", lambda: {"world_size": 1})
     path = tmp_path / "runs.csv"
     RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
-    before = path.read_bytes()
 
     runs = RunsFile(path, NEW, history=True)
     assert runs.rows() == [{"cell_id": "a", "status": "ok", "samples_per_s": "10.5",
                             "world_size": "1", "allreduce_ms": ""}]
-    with pytest.raises(ResultsFileError, match=f"^{path}: written by an earlier version .* lacks 2 of today's "
-                                               "columns, e.g. world_size.*move it aside"):
-        runs.write({"cell_id": "b", "status": "ok", "samples_per_s": 9.0, "world_size": 2, "allreduce_ms": 1.5})
-    assert path.read_bytes() == before
+    note = runs.upgrade_older_header()
+    assert note == (f"{path}: written by an earlier version of bench; rewritten under today's header, its rows as "
+                    "they were (2 columns added, e.g. world_size)")
+    assert path.read_text().splitlines() == [",".join(NEW), "a,ok,10.5,1,"]
+    assert runs.upgrade_older_header() is None  # once
+    runs.write({"cell_id": "b", "status": "ok", "samples_per_s": 9.0, "world_size": 2, "allreduce_ms": 1.5})
+    assert path.read_text().splitlines()[1:] == ["a,ok,10.5,1,", "b,ok,9.0,2,1.5"]
+
+
+def test_an_older_file_takes_a_row_written_to_it_directly_with_its_rows_kept(tmp_path):
+    path = tmp_path / "runs.csv"
+    RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
+    RunsFile(path, NEW, history=True).write({"cell_id": "a", "status": "ok", "samples_per_s": 9.0})
+    assert path.read_text().splitlines() == [",".join(NEW), "a,ok,10.5,1,", "a,ok,9.0,,"]  # the first stays
+
+
+def test_an_older_file_the_disk_will_not_take_rewritten_stays_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "runs.csv"
+    RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
+    before = path.read_bytes()
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(bench.results.store.os, "replace", full_disk)
+    with pytest.raises(ResultsFileError, match=f"^{path}: written by an earlier version of bench; its rows could "
+                                               "not be rewritten .*No space left on device.*as it was$"):
+        RunsFile(path, NEW, history=True).upgrade_older_header()
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["runs.csv"]
 
 
 def test_a_computed_file_of_an_older_schema_is_recomputed_with_todays_header(tmp_path):

@@ -46,6 +46,9 @@ def test_smoke_grid_writes_one_row_per_cell_and_resumes_without_rework(tmp_path,
     redone = written[len(rows):]
     assert sorted(r["cell_id"] for r in redone) == sorted(r["cell_id"] for r in rows)
     assert all(new["started_utc"] >= old["started_utc"] for new, old in zip(redone, rows))
+    # each run's rows carry its id, one per run: the rerun is told apart from the first measurements
+    assert len({r["run_id"] for r in rows}) == 1 and len({r["run_id"] for r in redone}) == 1
+    assert rows[0]["run_id"] != redone[0]["run_id"] and all(r["run_id"] for r in written)
     assert list(read_runs(runs).started_utc) == [r["started_utc"] for r in redone]  # the reader: each cell's last
 
 

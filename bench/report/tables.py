@@ -263,10 +263,10 @@ def cpu_profile_banner(rows: pd.DataFrame) -> str:
 
 def run_to_run(every_row: pd.DataFrame) -> pd.DataFrame:
     """One line per measurement of a cell measured ok more than once (`bench run --force`, a rerun into the same
-    folder): its samples/s with the interval its own steps give (the 95 % interval of the median step), the spread
-    between the cell's measurements (slowest over fastest), and whether they disagree beyond their own spreads
-    (their intervals do not overlap): a figure such measurements give is not one number, whichever row the other
-    tables show (the last)."""
+    folder): the run that measured it (`run_id`; rows measured before run ids say so), its samples/s with the
+    interval its own steps give (the 95 % interval of the median step), the spread between the cell's measurements
+    (slowest over fastest), and whether they disagree beyond their own spreads (their intervals do not overlap): a
+    figure such measurements give is not one number, whichever row the other tables show (the last)."""
     ok = every_row[every_row.status == "ok"]
     repeated = ok[ok.cell_id.duplicated(keep=False)]
     lines = []
@@ -277,7 +277,9 @@ def run_to_run(every_row: pd.DataFrame) -> pd.DataFrame:
         high = speed * runs.step_time_median_ms / runs.step_time_ci95_low_ms
         disagree = bool(low.max() > high.min()) if low.notna().all() and high.notna().all() else None
         for (_, run), lo, hi in zip(runs.iterrows(), low, high):
-            lines.append({"cell": cell_id, "started (UTC)": run.started_utc,
+            run_id = run.get("run_id")
+            lines.append({"cell": cell_id, "run": run_id if isinstance(run_id, str) and run_id else "before run ids",
+                          "started (UTC)": run.started_utc,
                           "samples/s": round(float(run.samples_per_s), 2),
                           "own 95 % interval": "" if pd.isna(lo) else f"{lo:.2f} to {hi:.2f}",
                           "between runs (slowest / fastest)": round(float(speed.min() / speed.max()), 3),

@@ -2,11 +2,13 @@
 
 Every writer (runs files, estimates, the equivalence study, the claims' autotune rows, the overhead
 benchmark, the device peaks) stamps its rows with `provenance()` and, for when it started,
-`utc_now()`: `git_commit`, `git_dirty`, the library versions, `started_utc`.
+`utc_now()`: `git_commit`, `git_dirty`, the library versions, `started_utc`; a runner's rows also carry the
+`new_run_id()` of the run that measured them.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from datetime import datetime, timezone
@@ -32,6 +34,17 @@ def provenance() -> dict[str, object]:
 def utc_now() -> str:
     """Now, ISO 8601 in UTC to the second: the `started_utc` of what is about to run."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    """A name for one run of a grid: its start (UTC, to the second) and the runner's process id, which no other
+    run on the host had at that second. Every row the run writes carries it, so a cell measured again keeps both
+    measurements told apart.
+
+    >>> import re; bool(re.fullmatch(r"\\d{8}T\\d{6}Z-\\d+", new_run_id()))
+    True
+    """
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}"
 
 
 def git_state(repo: Path | None = None) -> tuple[str, bool | None]:

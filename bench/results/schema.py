@@ -73,6 +73,9 @@ COLUMNS: dict[str, Column] = {
     "git_commit": Column("str", "commit of the harness that measured the row"),
     "git_dirty": Column("bool", "uncommitted changes present"),
     "started_utc": Column("str", "cell start, ISO 8601 UTC"),
+    "run_id": Column("str", "the `bench run` (one grid's) that measured the row: its start, UTC, and the runner's "
+                            "process id (20261205T132011Z-4821); every rerun of a cell gets a new one. Empty in rows "
+                            "measured before 2026-12-05 and in computed rows"),
     "duration_s": Column("float", "wall time of the cell's process"),
     "status": Column("str", "ok | oom | error | timeout | skipped; estimated in estimate files (bench estimate), "
                             "predicted in prediction files (bench predict)"),
@@ -323,7 +326,3 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("cell_id", *(name for name in field_docs()
                                                   if name not in (*extra_axis_defaults(), *PROVENANCE_FIELDS)),
                                      "device_type", "device_name", "status")
 """Columns every runs file has had since the first version: a file without one is not a runs file."""
-
-LATE_COLUMNS: tuple[str, ...] = PROVENANCE_FIELDS
-"""Columns a row may leave empty, added after runs files were committed: a file written before them still takes
-the rows that leave them empty (`RunsFile.refuse_older_schema`), so adding one does not orphan every measurement."""

@@ -10,9 +10,11 @@ checks its result: a short write, a full or read-only disk or a permission error
 back as it was and raises `RowNotWritten`, which carries the row so the runner can print it.
 
 A file written by an earlier version, whose columns are a subset of today's, is read with
-the new columns filled in (`bench.results.read.read_text`). A measurement is never appended to it
-(its header has no place for today's columns) nor is it rewritten: `bench run` refuses it before
-measuring (`RunsFile.refuse_older_schema`), naming the file and what to do.
+the new columns filled in (`bench.results.read.read_text`). Its header has no place for today's
+columns, so before the first new row `bench run` writes it once under today's header
+(`RunsFile.upgrade_older_header`): every line as the reader gives it, through a temporary file and
+an atomic rename, so a kill or a full disk leaves the old file or the new one, never half of one.
+That is the only rewrite a runs file gets.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 from bench.errors import ResultsFileError
 from bench.results.provenance import utc_now
 from bench.results.read import cell_text, read_text
-from bench.results.schema import COLUMNS, LATE_COLUMNS, Column
+from bench.results.schema import COLUMNS, Column
 
 ESTIMATE_FOLDER = "estimate"
 """`<root>/<grid>/estimate/`: the fake-tensor estimator's rows for a grid (`bench estimate`, the claims' autotune)."""
@@ -175,33 +177,34 @@ class RunsFile:
             raise ResultsFileError(f"{self.path}: a symbolic link (to {os.readlink(self.path)}); rows are written only "
                                    "to a regular runs file inside the results folder: put the file itself there")
 
-    def refuse_older_schema(self, row: dict | None = None) -> None:
-        """A history file written by an earlier version cannot take today's rows and is never rewritten: refused
-        (`ResultsFileError`, one line) before anything is measured. Computed files (estimates, predictions) are
-        recomputed whole, so theirs is replaced. A file that lacks only columns a row may leave empty
-        (`LATE_COLUMNS`) takes the rows that leave them empty (`row`: the one about to be written)."""
+    def upgrade_older_header(self) -> str | None:
+        """A history file written by an earlier version (its columns a subset of today's) rewritten under today's
+        header, its rows as they were (today's new columns read as `rows` fills them: an axis at its default, a
+        measurement empty), so the rows about to be appended fit. What was done, or None. Call it after
+        `repair_torn_tail`: a torn line is set aside, not rewritten. Computed files are recomputed whole anyway."""
         if not self.history or not self.path.exists():
-            return
+            return None
         header = self.header()
-        if header and header != self.columns:
-            missing = [name for name in self.columns if name not in header]
-            late = not set(header) - set(self.columns) and set(missing) <= set(LATE_COLUMNS)
-            if late and (row is None or not any(cell_text(row.get(name)) for name in missing)):
-                return
-            raise ResultsFileError(
-                f"{self.path}: written by an earlier version of bench (its header lacks {len(missing)} of today's "
-                f"columns, e.g. {missing[0]}); rows are appended to a runs file, never rewritten: move it aside "
-                f"(e.g. to {self.path.name}.v{len(header)}) to measure into a new one")
+        if not header or header == self.columns:
+            return None
+        added = [name for name in self.columns if name not in header]
+        try:
+            self._rewrite(self.rows())
+        except OSError as exc:
+            raise ResultsFileError(f"{self.path}: written by an earlier version of bench; its rows could not be "
+                                   f"rewritten under today's columns ({exc.strerror or exc}), the file is as it was"
+                                   ) from None
+        return (f"{self.path}: written by an earlier version of bench; rewritten under today's header, its rows as "
+                f"they were ({len(added)} columns added, e.g. {added[0]})")
 
     def write(self, row: dict) -> None:
         """Append `row`; a row of a key already there replaces it, appended (`history`: every reader takes a key's
-        last row) or in place. `RowNotWritten` if the disk refuses; `ResultsFileError` for a history file of an
-        earlier version's header (`refuse_older_schema`). A history file is written whole only when it is created."""
+        last row) or in place. `RowNotWritten` if the disk refuses. A file of an earlier version's header is written
+        whole under today's, the row with it (`upgrade_older_header`)."""
         unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"row has undeclared columns: {sorted(unknown)}")
         self.refuse_links()
-        self.refuse_older_schema(row)
         note = self.repair_torn_tail()
         if note:
             print(note, file=sys.stderr)
@@ -211,10 +214,10 @@ class RunsFile:
         try:
             if not self.history and any(tuple(old[column] for column in self.key) == name for old in existing):
                 self._rewrite([old for old in existing if tuple(old[column] for column in self.key) != name] + [row])
-            elif not self.path.exists() or (current.header != self.columns and not self.history):
-                self._rewrite(existing + [row])  # a new file, or a computed file's older schema
-            else:  # a cell's new row, or its replacement: appended in the file's own columns (checked above), and
-                self._append(_csv_text([row], current.header or self.columns))  # the reader takes a cell's last row
+            elif not self.path.exists() or current.header != self.columns:
+                self._rewrite(existing + [row])  # a new file, or one of an earlier version's header
+            else:  # a cell's new row, or its replacement: appended (the reader takes a cell's last row)
+                self._append(_csv_text([row], self.columns))
         except OSError as exc:
             raise RowNotWritten(self.path, exc, _csv_text([row], self.columns, header=True)) from None
 

@@ -24,7 +24,7 @@ from bench.measure.flops import FlopsPerSample, flops_per_sample
 from bench.measure.host import QuietPolicy
 from bench.measure.timing import TimingPolicy
 from bench.results.peaks import ensure_peak
-from bench.results.provenance import provenance
+from bench.results.provenance import new_run_id, provenance
 from bench.results.rows import cell_row
 from bench.results.store import RowNotWritten, RunsFile, preflight, results_folder
 from bench.run.cell_measurement import CellTask
@@ -171,14 +171,13 @@ def _run_grid(grid: Grid, device: DeviceInfo, options: RunOptions, on_row: Calla
     todo = cells_to_run(grid, existing_rows(grid, device, options), options)  # a corrupt file stops the grid here
     if todo:
         runs.refuse_links()
-        runs.refuse_older_schema()  # an earlier version's file takes no appends and is never rewritten
         preflight(folder)  # a folder that cannot take rows fails before anything is measured
-        note = runs.repair_torn_tail()
-        if note:
-            print(note, file=sys.stderr)
+        for note in (runs.repair_torn_tail(), runs.upgrade_older_header()):  # an earlier version's header:
+            if note:                                                          # rewritten once, before measuring
+                print(note, file=sys.stderr)
     peaks = {precision: ensure_peak(device, precision, options.results_root)
              for precision in sorted({c.precision for c in todo})}
-    stamp = provenance()
+    stamp = {**provenance(), "run_id": new_run_id()}
     data = options.data
     if data is None and any(cell.input != "synthetic" for cell in todo):
         data = open_data(None)
