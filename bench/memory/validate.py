@@ -263,8 +263,10 @@ CUDNN_WORKSPACE_NOTE = (
 """Why the estimate counts no cuDNN workspace, and what the table beside it shows (`summary_markdown`)."""
 
 
-VALIDATION_ROWS = Path(__file__).resolve().parents[2] / "results" / "estimate_validation" / "rtx3090_amp.csv"
-"""The committed sides `make estimate-validate` estimated: what every probe answer quotes (`agreement`)."""
+VALIDATION_ROWS = Path(__file__).resolve().parents[2] / "docs" / "memory" / "validation.csv"
+"""The committed sides `make bench-memory` estimated: what every probe answer quotes (`agreement`); its summary
+beside it (`SUMMARY_FILE`)."""
+SUMMARY_FILE = "summary.md"
 
 
 @dataclass(frozen=True)
@@ -330,7 +332,7 @@ def agreement(headroom: float = DEFAULT_HEADROOM, rows_file: Path = VALIDATION_R
 def agreement_text(found: Agreement | None) -> str:
     """`found` in words, or that it is not known where the package runs without its repository's results."""
     return found.describe() if found else ("estimator vs public fit/OOM rows: not known here (the repository's "
-                                           "results/estimate_validation/ is not installed)")
+                                           "docs/memory/ is not installed)")
 
 
 def _renamed_line(rows_file: Path, sides: pd.DataFrame) -> list[str]:
@@ -344,6 +346,23 @@ def _renamed_line(rows_file: Path, sides: pd.DataFrame) -> list[str]:
     return [f"Not judged: {len(rows)} rows of {len(renamed)} models that today's timm builds as another model (a "
             f"deprecated name mapped elsewhere; the parameter count differs by over {SAME_MODEL_WITHIN:.0%}, "
             f"{PARAM_COUNTS}): {named}.", ""]
+
+
+def _by_group_header(name: str) -> list[str]:
+    return [f"| {name} | rows | both right | OOM side right | fit: median | fit: p90 | OOM: median | OOM: p10 |",
+            "|---|---|---|---|---|---|---|---|"]
+
+
+def _by_group_line(name: str, group: pd.DataFrame) -> str:
+    """One group's agreement and margins (`_by_group_header`'s columns)."""
+    oom = group.oom_right[group.has_oom].astype(bool)
+    fit_ratio, oom_ratio = group.fit_ratio.dropna(), group.oom_ratio.dropna()
+    oom_right = f"{oom.mean():.0%} of {len(oom)}" if len(oom) else "no OOM side"
+
+    def ratio(values: pd.Series, q: float) -> str:
+        return f"{values.quantile(q):.2f}" if len(values) else ""
+    return (f"| {name} | {len(group)} | {group.both_right.mean():.0%} | {oom_right} | {ratio(fit_ratio, 0.5)} | "
+            f"{ratio(fit_ratio, 0.9)} | {ratio(oom_ratio, 0.5)} | {ratio(oom_ratio, 0.1)} |")
 
 
 def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str:
@@ -372,18 +391,16 @@ def summary_markdown(rows_file: Path, headroom: float = DEFAULT_HEADROOM) -> str
         ratios = rows[f"{side}_ratio"].dropna()
         q = ratios.quantile([0.05, 0.25, 0.5, 0.75, 0.95])
         lines.append(f"| {side} | {len(ratios)} | " + " | ".join(f"{value:.2f}" for value in q) + " |")
-    lines += ["", "Per family (families with at least 5 rows; the rest pooled as `other`):", "",
-              "| family | rows | both right |", "|---|---|---|"]
+    lines += ["", "Per family (families with at least 5 rows; the rest pooled as `other`), with the margins: the "
+              "predicted peak x the headroom over the card, median and the side's worst decile (a fit side's p90, "
+              "an OOM side's p10; right at <= 1 and > 1):", "", *_by_group_header("family")]
     counts = rows.family.value_counts()
     grouped = rows.assign(family=rows.family.where(rows.family.map(counts) >= 5, "other"))
     for name, group in sorted(grouped.groupby("family"), key=lambda item: -len(item[1])):
-        lines.append(f"| {name} | {len(group)} | {group.both_right.mean():.0%} |")
-    lines += ["", "Per memory format:", "", "| memory format | rows | both right | OOM side right |",
-              "|---|---|---|---|"]
+        lines.append(_by_group_line(name, group))
+    lines += ["", "Per memory format:", "", *_by_group_header("memory format")]
     for name, group in rows.groupby("memory_format"):
-        oom = group.oom_right[group.has_oom].astype(bool)
-        lines.append(f"| {name} | {len(group)} | {group.both_right.mean():.0%} | "
-                     f"{oom.mean():.0%} of {len(oom)} |")
+        lines.append(_by_group_line(name, group))
     lines += ["", CUDNN_WORKSPACE_NOTE, "",
               "| cuDNN workspace held at the peak | OOM sides right | fit sides right | both sides right |",
               "|---|---|---|---|"]

@@ -1,4 +1,4 @@
-"""`make estimate-validate`: the estimator against timm's RTX 3090 AMP fit/OOM rows (bench.memory.validate).
+"""`make bench-memory`: the estimator against timm's RTX 3090 AMP fit/OOM rows (bench.memory.validate).
 
 Resumable: rows already in the output are kept, the rest estimated and appended; `--limit-s` bounds
 one sitting. Then each model's parameter count is taken as today's timm builds it (a deprecated name that now
@@ -13,9 +13,16 @@ from pathlib import Path
 
 import torch
 
-from bench.memory.validate import PARAM_COUNTS, count_parameters, summary_markdown, validate
+from bench.memory.validate import (
+    PARAM_COUNTS,
+    SUMMARY_FILE,
+    VALIDATION_ROWS,
+    count_parameters,
+    summary_markdown,
+    validate,
+)
 
-OUT = Path("results/estimate_validation/rtx3090_amp.csv")
+OUT = VALIDATION_ROWS.relative_to(VALIDATION_ROWS.parents[2])
 
 
 def main() -> int:
@@ -30,7 +37,7 @@ def main() -> int:
     counted = count_parameters(args.out)  # a name today's timm builds as another model is not judged
     print(f"parameters counted for {len(counted)} more models ({args.out.with_name(PARAM_COUNTS)})", flush=True)
     summary = summary_markdown(args.out)
-    args.out.with_name("SUMMARY.md").write_text(summary)
+    args.out.with_name(SUMMARY_FILE).write_text(summary)
     print(summary)
     return 0
 
