@@ -202,3 +202,26 @@ def test_every_answer_quotes_its_models_family_or_says_it_has_no_public_row(tmp_
     own = agreement(rows_file=path, model="mine.py:build")  # a model of the user's own: no family among the rows
     assert own.family_rows == 0 and "no public row" in own.describe()
 
+
+
+def test_the_summary_counts_the_misses_where_the_two_memory_formats_fit_different_batches(tmp_path: Path):
+    """The estimate gives both memory formats one peak, so a model whose reference formats fit different batches
+    is missed in one of them: the summary says how many of the misses that explains."""
+    gib = 2**30
+    path = tmp_path / "rows.csv"
+    lines = [",".join(COLUMNS)]
+    sides = (("split", "contiguous", "fit", 256, 16.0), ("split", "contiguous", "oom", 384, 20.0),  # OOM missed
+             ("split", "channels_last", "fit", 384, 20.0), ("split", "channels_last", "oom", 512, 26.0),
+             ("same", "contiguous", "fit", 128, 10.0), ("same", "contiguous", "oom", 192, 23.0),
+             ("same", "channels_last", "fit", 128, 10.0), ("same", "channels_last", "oom", 192, 23.0))
+    for model, memory_format, side, batch, predicted in sides:
+        row = dict.fromkeys(COLUMNS, "") | {"model": model, "memory_format": memory_format, "image_size": 224,
+                                            "side": side, "batch_size": batch, "observed": side,
+                                            "status": "estimated", "predicted_reserved_bytes": int(predicted * gib)}
+        lines.append(",".join(str(row[c]) for c in COLUMNS))
+    path.write_text("\n".join(lines) + "\n")
+    summary = summary_markdown(path)
+    assert ("In 1 of the 2 models the table holds in both memory formats, the two fit different largest batches "
+            "(contiguous the smaller in 1, channels_last in 0)") in summary
+    assert "within 1 % in 3 of the 3 batches estimated in both" in summary
+    assert "so it can be right on one of the two at most: 1 of the 1 rows missed are theirs." in summary
