@@ -82,6 +82,12 @@ def add_axis_options(probe: argparse.ArgumentParser) -> None:
 
 
 def estimate_grids(args: argparse.Namespace) -> int:
+    from bench.cache import enabled
+    from bench.measure.host import usable_cpus
+
+    if usable_cpus() >= 2 and enabled():  # a grid of 8 cells or more is traced from both ends by a child of the
+        from bench.isolation import start_fork_server_early  # fork server: its imports run beside this process's
+        start_fork_server_early("bench.memory.estimate")
     from bench.api import estimate_grids as estimate
     from bench.report.console import steps
 
