@@ -151,7 +151,8 @@ def test_a_damaged_peaks_file_is_one_line_naming_the_file_line_and_column(tmp_pa
     path.parent.mkdir(parents=True)
     path.write_text("device_tag,threads,precision,flops_per_s,foreign_load_cores\n"
                     f"{CPU.tag},2,fp32,fast,0.01\n")
-    with pytest.raises(ResultsFileError, match=r"peaks.csv: line 2, column flops_per_s: 'fast' is not a number"):
+    with pytest.raises(ResultsFileError, match=r"peaks.csv: line 2, column flops_per_s: .fast. is not a number; move "
+                                               r"that line into a side file \(e.g. peaks.csv.bad\)"):
         ensure_peak(CPU, "fp32", tmp_path)
 
 

@@ -39,7 +39,9 @@ _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "
 CELL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{CELL_ID_MAX_CHARS - 1}}}$")
 """What a cell id looks like: `resnet50-32px-16x1-fp32-ckpt_off-adamw-cl-3474e652`."""
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
-SET_ASIDE_HINT = "move that line into a side file (e.g. runs.csv.bad) to keep the other rows"
+def set_aside_hint(path: Path) -> str:
+    """What to do with a bad line of the file at `path`: set it aside in a side file named after the file."""
+    return f"move that line into a side file (e.g. {Path(path).name}.bad) to keep the other rows"
 MAX_RUNS_FILE_BYTES = 128 * 2**20
 """Largest runs file read: a file past it is refused before it is read, so a reader's time and memory stay bounded
 (a grid of at most 10,000 cells at about 4 KiB a row makes some 40 MiB)."""
@@ -84,7 +86,7 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
         text = data[:cut].decode("utf-8-sig")  # a BOM (a spreadsheet's "CSV UTF-8") is not part of the header
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
-        raise ResultsFileError(f"{path}: line {line}: not UTF-8 text; {SET_ASIDE_HINT}") from None
+        raise ResultsFileError(f"{path}: line {line}: not UTF-8 text; {set_aside_hint(path)}") from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader, [])
@@ -106,12 +108,11 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
         for fields in reader:
             if not fields:  # a blank line holds nothing
                 continue
-            where = f"{path}: line {reader.line_num}"
             if len(fields) != len(header):
-                raise ResultsFileError(f"{where}: {len(fields)} fields where the header has {len(header)}; "
-                                       f"{SET_ASIDE_HINT}")
+                raise ResultsFileError(f"{path}: line {reader.line_num}: {len(fields)} fields where the header has "
+                                       f"{len(header)}; {set_aside_hint(path)}")
             row = dict(zip(header, fields))
-            check_row(row, columns, where)
+            check_row(row, columns, path, reader.line_num)
             name = tuple(row.get(column, "") for column in key)
             # A cell measured again (--force, --retry-failed) is appended: its last row stands, where the last is.
             seen.pop(name, None)
@@ -119,7 +120,8 @@ def read_text(path: Path, columns: dict[str, Column] = COLUMNS, *, every_row: bo
             every.append(seen[name])
         rows = every if every_row else list(seen.values())
     except csv.Error as exc:
-        raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); {SET_ASIDE_HINT}") from None
+        raise ResultsFileError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); "
+                               f"{set_aside_hint(path)}") from None
     return RunsText(header, rows, data[cut:])
 
 
@@ -139,11 +141,12 @@ MAX_HEADER_BYTES = 64 * 2**10
 """More than any schema's header (a few KiB): a first line longer than this is no header."""
 
 
-def check_row(row: dict[str, str], columns: dict[str, Column], where: str) -> None:
-    """Raise a `ResultsFileError` at the first field of `row` that its column's type does not allow.
+def check_row(row: dict[str, str], columns: dict[str, Column], path: Path, line: int) -> None:
+    """Raise a `ResultsFileError` at the first field of `row` (line `line` of `path`) that its column's type does not
+    allow.
 
-    >>> check_row({"cell_id": "a-1", "status": "ok", "micro_batch": "8"}, COLUMNS, "runs.csv: line 2")
-    >>> check_row({"cell_id": "a-1", "status": "estimated"}, COLUMNS, "runs.csv: line 2")
+    >>> check_row({"cell_id": "a-1", "status": "ok", "micro_batch": "8"}, COLUMNS, Path("runs.csv"), 2)
+    >>> check_row({"cell_id": "a-1", "status": "estimated"}, COLUMNS, Path("runs.csv"), 2)
     Traceback (most recent call last):
     ...
     bench.errors.ResultsFileError: runs.csv: line 2, column status: 'estimated' is not one of ok, oom, error, \
@@ -155,7 +158,8 @@ skipped, timeout; move that line into a side file (e.g. runs.csv.bad) to keep th
         problem = _field_problem(name, value, column if isinstance(column, Column) else Column("str"), statuses)
         if problem:
             shown = value if len(value) <= 60 else value[:57] + "..."
-            raise ResultsFileError(f"{where}, column {name}: {shown!r} is not {problem}; {SET_ASIDE_HINT}")
+            raise ResultsFileError(f"{path}: line {line}, column {name}: {shown!r} is not {problem}; "
+                                   f"{set_aside_hint(path)}")
 
 
 def statuses_of(columns: dict[str, Column]) -> tuple[Status, ...]:
