@@ -38,11 +38,20 @@ def test_an_older_file_reads_with_new_axes_at_their_default_and_takes_rows_under
     assert path.read_text().splitlines()[1:] == ["a,ok,10.5,1,", "b,ok,9.0,2,1.5"]
 
 
-def test_an_older_file_takes_a_row_written_to_it_directly_with_its_rows_kept(tmp_path):
-    path = tmp_path / "runs.csv"
-    RunsFile(path, OLD).write({"cell_id": "a", "status": "ok", "samples_per_s": 10.5})
-    RunsFile(path, NEW, history=True).write({"cell_id": "a", "status": "ok", "samples_per_s": 9.0})
-    assert path.read_text().splitlines() == [",".join(NEW), "a,ok,10.5,1,", "a,ok,9.0,,"]  # the first stays
+def test_an_older_file_keeps_every_measurement_of_a_cell_measured_twice(tmp_path):
+    """A cell measured again is appended: the rewrite under today's header keeps its earlier row too, whether the
+    runner rewrites the file before measuring or a row is written to it directly."""
+    older = [{"cell_id": "a", "status": "ok", "samples_per_s": 10.5}, {"cell_id": "a", "status": "ok",
+                                                                         "samples_per_s": 11.0}]
+    for upgrade_first in (True, False):
+        path = tmp_path / f"runs-{upgrade_first}.csv"
+        for row in older:
+            RunsFile(path, OLD, history=True).write(row)
+        runs = RunsFile(path, NEW, history=True)
+        if upgrade_first:
+            runs.upgrade_older_header()
+        runs.write({"cell_id": "a", "status": "ok", "samples_per_s": 9.0})
+        assert path.read_text().splitlines() == [",".join(NEW), "a,ok,10.5,1,", "a,ok,11.0,1,", "a,ok,9.0,,"]
 
 
 def test_an_older_file_the_disk_will_not_take_rewritten_stays_as_it_was(tmp_path, monkeypatch):

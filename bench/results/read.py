@@ -39,9 +39,6 @@ _PANDAS_TYPES = {"int": "Int64", "float": "float64", "bool": "boolean", "str": "
 CELL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{CELL_ID_MAX_CHARS - 1}}}$")
 """What a cell id looks like: `resnet50-32px-16x1-fp32-ckpt_off-adamw-cl-3474e652`."""
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
-def set_aside_hint(path: Path) -> str:
-    """What to do with a bad line of the file at `path`: set it aside in a side file named after the file."""
-    return f"move that line into a side file (e.g. {Path(path).name}.bad) to keep the other rows"
 MAX_RUNS_FILE_BYTES = 128 * 2**20
 """Largest runs file read: a file past it is refused before it is read, so a reader's time and memory stay bounded
 (a grid of at most 10,000 cells at about 4 KiB a row makes some 40 MiB)."""
@@ -139,6 +136,11 @@ def file_schema(path: Path) -> RowSchema:
 
 MAX_HEADER_BYTES = 64 * 2**10
 """More than any schema's header (a few KiB): a first line longer than this is no header."""
+
+
+def set_aside_hint(path: Path) -> str:
+    """What to do with a bad line of the file at `path`: set it aside in a side file named after the file."""
+    return f"move that line into a side file (e.g. {Path(path).name}.bad) to keep the other rows"
 
 
 def check_row(row: dict[str, str], columns: dict[str, Column], path: Path, line: int) -> None:

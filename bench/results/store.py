@@ -135,7 +135,7 @@ class RunsFile:
         self.history = columns is COLUMNS if history is None else history
 
     def rows(self) -> list[dict[str, str]]:
-        """Every row as the text the file holds, checked, columns of a newer schema filled in.
+        """Each key's last row as the text the file holds, checked, columns of a newer schema filled in.
 
         This is the writer's view (it rewrites rows byte for byte); analysis reads typed rows
         through `bench.results.read.read_runs`.
@@ -179,7 +179,7 @@ class RunsFile:
 
     def upgrade_older_header(self) -> str | None:
         """A history file written by an earlier version (its columns a subset of today's) rewritten under today's
-        header, its rows as they were (today's new columns read as `rows` fills them: an axis at its default, a
+        header, every row as it was (today's new columns filled as the reader fills them: an axis at its default, a
         measurement empty), so the rows about to be appended fit. What was done, or None. Call it after
         `repair_torn_tail`: a torn line is set aside, not rewritten. Computed files are recomputed whole anyway."""
         if not self.history or not self.path.exists():
@@ -188,8 +188,8 @@ class RunsFile:
         if not header or header == self.columns:
             return None
         added = [name for name in self.columns if name not in header]
-        try:
-            self._rewrite(self.rows())
+        try:  # every row, a cell's earlier measurements too
+            self._rewrite(read_text(self.path, self.schema, key=self.key, every_row=True).rows)
         except OSError as exc:
             raise ResultsFileError(f"{self.path}: written by an earlier version of bench; its rows could not be "
                                    f"rewritten under today's columns ({exc.strerror or exc}), the file is as it was"
@@ -208,8 +208,8 @@ class RunsFile:
         note = self.repair_torn_tail()
         if note:
             print(note, file=sys.stderr)
-        current = read_text(self.path, self.schema, key=self.key)
-        existing = current.rows
+        current = read_text(self.path, self.schema, key=self.key, every_row=self.history)
+        existing = current.rows  # a history file's every row: one of an earlier header is rewritten with them all
         name = tuple(cell_text(row.get(column)) for column in self.key)
         try:
             if not self.history and any(tuple(old[column] for column in self.key) == name for old in existing):
