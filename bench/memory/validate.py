@@ -370,8 +370,8 @@ def _format_split_lines(rows: pd.DataFrame, sides: pd.DataFrame) -> list[str]:
     them: the estimate gives one peak to both formats of a batch (the trace does not tell them apart, bar a few
     models), so it can be right on one of the two at most."""
     fitted = sides[(sides.status == "estimated") & (sides.side == "fit")]
-    batches = fitted.pivot_table(index="model", columns="memory_format", values="batch_size", aggfunc="first")
-    both = batches.dropna() if {"channels_last", "contiguous"} <= set(batches) else batches.iloc[:0]
+    both = fitted.pivot_table(index="model", columns="memory_format", values="batch_size", aggfunc="first").reindex(
+        columns=["channels_last", "contiguous"]).dropna()
     split = both[both.channels_last != both.contiguous]
     judged_rows = rows[rows.model.isin(split.index)]
     contiguous_less = int((split.contiguous < split.channels_last).sum())
