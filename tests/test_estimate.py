@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import bench_in_process, measured_columns, read_rows, tiny_grid
+from conftest import REPO, bench_in_process, measured_columns, read_rows, tiny_grid
 
 from bench.grid.cell import Cell
 from bench.measure.device import DeviceInfo
@@ -158,3 +158,22 @@ def test_a_long_grid_is_traced_from_both_ends_and_estimated_as_one_process_does(
         figures.append([{k: v for k, v in row.items() if k not in ("started_utc", "duration_s")} for row in rows])
     assert started == [True]  # the second process, in the 2-core run only
     assert figures[0] == figures[1] and len(figures[0]) == len(grid.cells)
+
+
+def test_estimate_starts_the_tracing_server_first_only_for_a_grid_it_traces_from_both_ends(monkeypatch, tmp_path):
+    """The fork server is started before the command's own imports only where a child of it will trace the grid's
+    far end: a small grid, or a file that does not load (the command reports it), starts no process."""
+    import bench.isolation
+    from bench.commands.memory import _start_second_end_early
+
+    started = []
+    monkeypatch.setattr(bench.isolation, "start_fork_server_early", lambda *modules: started.append(modules))
+    monkeypatch.setattr("bench.measure.host.usable_cpus", lambda: 2)
+    monkeypatch.delenv("BENCH_NO_CACHE", raising=False)
+    for files, expected in (([REPO / "experiments" / "smoke.toml"], []),
+                            ([tmp_path / "missing.toml"], []),
+                            ([REPO / "experiments" / "smoke.toml", REPO / "experiments" / "resnet50.toml"],
+                             [("bench.memory.estimate",)])):
+        started.clear()
+        _start_second_end_early(files, "cuda")
+        assert started == expected, files

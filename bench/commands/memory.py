@@ -81,13 +81,26 @@ def add_axis_options(probe: argparse.ArgumentParser) -> None:
             probe.add_argument(flag, type=axis_value(name), default=default, help=f"{doc} (default {default})")
 
 
-def estimate_grids(args: argparse.Namespace) -> int:
-    from bench.cache import enabled
-    from bench.measure.host import usable_cpus
+def _start_second_end_early(files: list[Path], profile: str) -> None:
+    """Start the fork server now when a grid will be traced from both ends (its far end by a child of the server):
+    the server's imports then run beside this command's own, not after them. Read without the model checks (torch
+    free); a file that does not load is left to the command, which says why."""
+    from bench.errors import BadInput
+    from bench.grid.spec import load_grid
+    from bench.memory.traces import traces_from_both_ends
 
-    if usable_cpus() >= 2 and enabled():  # a grid of 8 cells or more is traced from both ends by a child of the
-        from bench.isolation import start_fork_server_early  # fork server: its imports run beside this process's
+    try:
+        cells = max(len(load_grid(path, profile, check_models=False).cells) for path in files)
+    except (BadInput, OSError):
+        return
+    if traces_from_both_ends(cells):
+        from bench.isolation import start_fork_server_early
+
         start_fork_server_early("bench.memory.estimate")
+
+
+def estimate_grids(args: argparse.Namespace) -> int:
+    _start_second_end_early(args.files, args.profile)
     from bench.api import estimate_grids as estimate
     from bench.report.console import steps
 

@@ -129,6 +129,15 @@ BOTH_ENDS_MIN_CELLS = 8
 imports, on the other core) would save little."""
 
 
+def traces_from_both_ends(cells: int) -> bool:
+    """Whether a grid of `cells` cells is traced from both ends (`tracing_from_both_ends`): from
+    `BOTH_ENDS_MIN_CELLS` cells, with two cores and the cache on. Torch-free: a command asks before its imports."""
+    from bench.cache import enabled
+    from bench.measure.host import usable_cpus
+
+    return cells >= BOTH_ENDS_MIN_CELLS and usable_cpus() >= 2 and enabled()
+
+
 @contextlib.contextmanager
 def tracing_from_both_ends(cells: list[Cell], target: Target) -> Iterator[None]:
     """While the body traces `cells` in order, a child of the fork server traces them from the last back into the
@@ -136,11 +145,10 @@ def tracing_from_both_ends(cells: list[Cell], target: Target) -> Iterator[None]:
     about half the time. The traces are the same either way (deterministic; both read and write the one cache).
     Nothing is started with fewer than `BOTH_ENDS_MIN_CELLS` cells, one core or the cache off. The child is stopped
     when the body ends, however it ends (what it was tracing then, the body has traced or no longer needs)."""
-    from bench.cache import cache_dir, enabled
+    from bench.cache import cache_dir
     from bench.isolation import fork_server, preload_in_children
-    from bench.measure.host import usable_cpus
 
-    if len(cells) < BOTH_ENDS_MIN_CELLS or usable_cpus() < 2 or not enabled():
+    if not traces_from_both_ends(len(cells)):
         yield
         return
     preload_in_children("bench.memory.estimate")
