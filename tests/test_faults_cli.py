@@ -383,7 +383,7 @@ def test_run_refuses_a_runs_file_linked_from_outside_before_measuring(work, caps
     assert outside.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["runs.csv"]
 
 
-@pytest.mark.slow
+@pytest.mark.serial  # it measures a cell: alone, not beside the parallel tests (the CPU peak waits for quiet)
 def test_run_writes_a_runs_file_of_an_earlier_version_under_todays_header_keeping_every_row(work, capsys):
     import csv
     import io
