@@ -2,7 +2,8 @@
 docs/speed/targets.md, from the committed held-out predictions (docs/speed/validation.csv, written by `bench predict
 --validate`); then the Hopper and Blackwell rows' held-out errors (`bench.speed.hopper_blackwell`), written to
 docs/speed/hopper_blackwell.{md,csv} and hopper_blackwell_ratios.csv; then the channels-last / contiguous pairs'
-ratios (`bench.speed.memory_format`) -> docs/speed/memory_format.{md,csv}. No fit and no timing: seconds."""
+ratios (`bench.speed.memory_format`) -> docs/speed/memory_format.{md,csv}; and the committed fit's in-sample
+errors by mode and op mix (`bench.speed.validate.in_sample_table`). No fit and no timing: seconds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from bench.speed.hopper_blackwell import RATIO_COLUMNS, ROW_COLUMNS, SOURCE, rat
 from bench.speed.hopper_blackwell import configurations as hopper_blackwell_lines
 from bench.speed.memory_format import PAIR_COLUMNS, format_pairs
 from bench.speed.memory_format import summary as format_summary
-from bench.speed.validate import targets_table
+from bench.speed.validate import in_sample_table, targets_table
 
 VALIDATION, OUT, DOCS = Path("docs/speed/validation.csv"), Path("docs/speed/targets.md"), Path("docs/speed")
 
@@ -37,6 +38,14 @@ def targets(validation: list[dict]) -> str:
             and 75 <= r["coverage_pct"] <= 85
         lines.append(f"| {r['slice']} | {r['value']} | {r['rows']} | {r['logo_median_pct']} | {r['logo_p90_pct']} | "
                      f"{r['loso_median_pct']} | {r['loso_p90_pct']} | {r['coverage_pct']} | {'yes' if met else 'no'} |")
+    lines += ["", "## In sample", "",
+              "The committed fit (`bench/data/speed_params.json`) on the rows it was fitted on, nothing held out "
+              "(`bench.speed.validate.in_sample_table`): a slice whose error is large here is missed by the model's "
+              "form, not only by its transfer to a GPU or source it never saw.", "",
+              "| mode | op mix | rows | median % | p90 % | median predicted / measured |", "|---|---|---|---|---|---|"]
+    for r in in_sample_table():
+        lines.append(f"| {r['mode']} | {r['op_mix']} | {r['rows']} | {r['median_error_pct']} | {r['p90_error_pct']} | "
+                     f"{r['median_ratio']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -535,3 +535,16 @@ def test_a_cold_plan_traces_its_configurations_side_by_side_and_answers_as_one_p
                          for o in options], progress.traces))
         assert all(("in a child process" in line) == (cores == 2) for line in lines), lines
     assert answers[0] == answers[1] == answers[2] and answers[1][1] >= 4
+
+
+@pytest.mark.slow
+def test_the_in_sample_table_puts_every_reference_row_in_one_slice():
+    """The targets page's in-sample table (`make bench-speed`) covers each fitted row once, by mode and op mix."""
+    from bench.speed.calibrate import reference_dataset
+    from bench.speed.validate import in_sample_table
+
+    data = reference_dataset()
+    table = in_sample_table(data)
+    assert sum(line["rows"] for line in table) == len(data.rows)
+    assert {line["mode"] for line in table} == {"train", "infer"}
+    assert all(line["median_error_pct"] <= line["p90_error_pct"] for line in table)

@@ -13,7 +13,14 @@ import numpy as np
 
 from bench.grid.cell import Cell
 from bench.measure.hardware import gpu_spec
-from bench.speed.calibrate import Dataset, error_summary, held_out, held_out_fits, reference_dataset
+from bench.speed.calibrate import (
+    Dataset,
+    error_summary,
+    held_out,
+    held_out_fits,
+    predict_samples_per_s,
+    reference_dataset,
+)
 from bench.speed.model import NoDatasheetPeak, op_mixes
 from bench.speed.params import BAND_MIN_GPUS, BAND_MIN_ROWS, UNSEEN_GENERATION, ErrorBand, band_key, load_model_file
 from bench.speed.predict import predict_on
@@ -179,6 +186,18 @@ def targets_table(rows: list[dict]) -> list[dict]:
             line["coverage_pct"] = round(100 * float(np.mean([inside[name][rows_in] for name in held])), 1)
             table.append(line)
     return table
+
+
+def in_sample_table(data: Dataset | None = None) -> list[dict]:
+    """The committed fit's error on the rows it was fitted on (nothing held out), by mode and op mix: a slice wrong
+    here is missed by the model's form, not only by its transfer to a GPU or source it never saw. No fit."""
+    data = data or reference_dataset()
+    predicted = predict_samples_per_s(data, load_model_file().params)
+    measured, modes = data.measured_samples_per_s, data.column("mode")
+    mixes = np.array(op_mixes(data.table, data.row_index, len(data.rows)))
+    return [{"mode": mode, "op_mix": mix, **_summary(predicted[chosen], measured[chosen])}
+            for mode in ("train", "infer") for mix in sorted(set(mixes))
+            if (chosen := (modes == mode) & (mixes == mix)).any()]
 
 
 def validation_tables(data: Dataset | None = None) -> dict:
