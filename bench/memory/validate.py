@@ -75,14 +75,21 @@ def failed_batch(batch_size: int) -> int | None:
     return sizes[index - 1] if index else None
 
 
-def family(model: str) -> str:
-    """A model's family: the letters its timm name starts with (`vit_base_patch16_384` -> `vit`).
+WEIGHT_SOURCE_PREFIXES = ("tf_", "gluon_", "legacy_", "ssl_", "swsl_", "ig_", "tv_", "dm_", "jx_")
+"""Prefixes timm gives a model for where its weights came from (TensorFlow ports, GluonCV, torchvision, the
+semi-supervised Instagram weights, DeepMind's, JAX's): the architecture is the name without them."""
 
-    >>> family("vit_base_patch16_384"), family("resnet50d"), family("efficientnet_b0")
-    ('vit', 'resnet', 'efficientnet')
+
+def family(model: str) -> str:
+    """A model's family: the letters its timm name starts with, a version suffix kept (`resnetv2`) and a weight
+    source's prefix dropped (`tf_efficientnet_b0` is an EfficientNet).
+
+    >>> family("vit_base_patch16_384"), family("resnet50d"), family("tf_efficientnet_b0"), family("resnetv2_50x1_bitm")
+    ('vit', 'resnet', 'efficientnet', 'resnetv2')
     """
-    match = re.match(r"[a-z]+", model)
-    return match.group(0) if match else model
+    name = next((model[len(prefix):] for prefix in WEIGHT_SOURCE_PREFIXES if model.startswith(prefix)), model)
+    match = re.match(r"[a-z]*?(?:v\d+)?(?=[^a-z]|$)", name)
+    return match.group(0) if match and match.group(0) else model
 
 
 def validation_cell(model: str, image_size: int, batch_size: int, channels_last: bool) -> Cell:
