@@ -87,16 +87,13 @@ def _start_second_end_early(files: list[Path], profile: str) -> None:
     free); a file that does not load is left to the command, which says why."""
     from bench.errors import BadInput
     from bench.grid.spec import load_grid
-    from bench.memory.traces import traces_from_both_ends
+    from bench.memory.traces import start_far_end_early
 
     try:
         cells = max(len(load_grid(path, profile, check_models=False).cells) for path in files)
     except (BadInput, OSError):
         return
-    if traces_from_both_ends(cells):
-        from bench.isolation import start_fork_server_early
-
-        start_fork_server_early("bench.memory.estimate")
+    start_far_end_early(cells)
 
 
 def estimate_grids(args: argparse.Namespace) -> int:

@@ -129,13 +129,33 @@ BOTH_ENDS_MIN_CELLS = 8
 imports, on the other core) would save little."""
 
 
-def traces_from_both_ends(cells: int) -> bool:
-    """Whether a grid of `cells` cells is traced from both ends (`tracing_from_both_ends`): from
-    `BOTH_ENDS_MIN_CELLS` cells, with two cores and the cache on. Torch-free: a command asks before its imports."""
+FAR_END_PRELOAD = "bench.memory.estimate"
+"""What the fork server imports for the child that traces a grid's far end (torch, timm, the estimator)."""
+
+
+def traces_beside() -> bool:
+    """Whether traces may run in a second process beside this one: two cores to run on, and the disk cache on (the
+    one way a child's traces reach this process). Torch-free."""
     from bench.cache import enabled
     from bench.measure.host import usable_cpus
 
-    return cells >= BOTH_ENDS_MIN_CELLS and usable_cpus() >= 2 and enabled()
+    return usable_cpus() >= 2 and enabled()
+
+
+def traces_from_both_ends(cells: int) -> bool:
+    """Whether a grid of `cells` cells is traced from both ends (`tracing_from_both_ends`): from
+    `BOTH_ENDS_MIN_CELLS` cells, where traces may run beside. Torch-free: a command asks before its imports."""
+    return cells >= BOTH_ENDS_MIN_CELLS and traces_beside()
+
+
+def start_far_end_early(cells: int) -> None:
+    """For a grid of `cells` cells that will be traced from both ends, start the fork server now (a command calls
+    this before importing torch), so that its imports run beside the command's own instead of after them; for any
+    other grid, nothing."""
+    if traces_from_both_ends(cells):
+        from bench.isolation import start_fork_server_early
+
+        start_fork_server_early(FAR_END_PRELOAD)
 
 
 @contextlib.contextmanager
@@ -151,7 +171,7 @@ def tracing_from_both_ends(cells: list[Cell], target: Target) -> Iterator[None]:
     if not traces_from_both_ends(len(cells)):
         yield
         return
-    preload_in_children("bench.memory.estimate")
+    preload_in_children(FAR_END_PRELOAD)
     child = fork_server().Process(target=_trace_from_the_end, args=(cells, target, str(cache_dir())), daemon=True)
     child.start()
     try:

@@ -376,13 +376,13 @@ def _format_split_lines(rows: pd.DataFrame, sides: pd.DataFrame) -> list[str]:
     """The models whose two memory formats fit different largest batches in the reference, and the misses among
     them: the estimate gives one peak to both formats of a batch (the trace does not tell them apart, bar a few
     models), so it can be right on one of the two at most."""
-    fitted = sides[(sides.status == "estimated") & (sides.side == "fit")]
+    estimated = sides[sides.status == "estimated"]
+    fitted = estimated[estimated.side == "fit"]
     both = fitted.pivot_table(index="model", columns="memory_format", values="batch_size", aggfunc="first").reindex(
         columns=["channels_last", "contiguous"]).dropna()
     split = both[both.channels_last != both.contiguous]
     judged_rows = rows[rows.model.isin(split.index)]
     contiguous_less = int((split.contiguous < split.channels_last).sum())
-    estimated = sides[sides.status == "estimated"]
     peaks = estimated.pivot_table(index=["model", "batch_size"], columns="memory_format",
                                   values="predicted_reserved_bytes", aggfunc="first").reindex(
                                       columns=["channels_last", "contiguous"]).dropna()

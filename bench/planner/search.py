@@ -285,13 +285,11 @@ def _configurations(request: PlanCandidates) -> list[tuple[str, str]]:
 def _to_trace_apart(request: PlanCandidates, configurations: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The configurations `_trace_apart` traces in child processes: those whose line is not in the disk cache, where
     at least two are, this machine has two cores and the cache is on (else none)."""
-    from bench.cache import enabled
-    from bench.memory.traces import is_stored
+    from bench.memory.traces import is_stored, traces_beside
 
-    cores = usable_cpus()
     todo = [(precision, checkpointing) for precision, checkpointing in configurations
             if not all(is_stored(request.cell(m, precision, checkpointing), "cuda") for m in TRACED_MICRO_BATCHES)]
-    return todo if len(todo) >= 2 and cores >= 2 and enabled() else []
+    return todo if len(todo) >= 2 and traces_beside() else []
 
 
 def check_before_tracing(request: PlanCandidates, check: Callable[[Cell], None], cell: Cell) -> None:
