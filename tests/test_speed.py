@@ -50,7 +50,7 @@ def _recorded_step(model_name: str, attention: str = "sdpa") -> tuple[OpRecorder
 def test_recorder_sees_a_resnets_convolutions_with_the_flop_counters_total():
     recorder, total = _recorded_step("test_resnet")
     classes = {record.op_class for record in recorder.records}
-    assert "conv" in classes and "norm" in classes
+    assert "conv" in classes and "batch_norm" in classes and "norm" not in classes  # every batch norm trains
     assert sum(record.flops for record in recorder.records) == total > 0
 
 
@@ -73,6 +73,37 @@ def test_a_compute_bound_op_on_a_gpu_with_twice_the_peak_takes_half_the_time():
     one, two = (step_time(big_matmul, gpu_rates(s, "bf16"), params) for s in (spec, doubled))
     assert one.bound == two.bound == "compute"
     assert two.compute_s == pytest.approx(one.compute_s / 2, rel=1e-12)
+
+
+def test_only_a_batch_norm_on_the_batchs_statistics_and_its_backward_count_as_two_passes():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.GroupNorm(2, 8),
+                                torch.nn.LayerNorm(6))
+    images = torch.randn(2, 3, 8, 8)
+    with OpRecorder() as training:
+        model(images).sum().backward()
+    model.eval()
+    with OpRecorder() as evaluating:
+        model(images)
+    classes = lambda recorder: {r.name.split(".")[1]: r.op_class for r in recorder.records if "norm" in r.name}
+    assert classes(training) == {"native_batch_norm": "batch_norm", "native_batch_norm_backward": "batch_norm",
+                                 "native_group_norm": "norm", "native_group_norm_backward": "norm",
+                                 "native_layer_norm": "norm", "native_layer_norm_backward": "norm"}
+    assert set(classes(evaluating).values()) == {"norm"}  # running statistics: one pass
+
+
+def test_a_training_batch_norm_moves_its_bytes_the_fitted_times_over_and_a_layer_norm_once():
+    params = load_model_file().params
+    norms = OpTable(np.array([OP_CLASSES.index("batch_norm"), OP_CLASSES.index("norm")], dtype=np.int8),
+                    np.array([DTYPES.index("float16")] * 2, dtype=np.int8), np.zeros(2), np.array([4e9, 4e9]),
+                    np.array([True, True]), np.ones(2), np.array([1e9, 1e9]))
+    rates = gpu_rates(gpu_spec("A100-80GB"), "bf16")
+    times = op_times(norms, EntryRates.of(norms, rates), params)
+    occupancy = rates.sm_count * params.bytes_per_sm_half
+    assert (times.memory_s[0] / times.memory_s[1] ==
+            pytest.approx((4e9 * params.batch_norm_bytes + occupancy) / (4e9 + occupancy)))
+    assert params.batch_norm_bytes > 1.5  # at least the second read of the input
 
 
 def _one_conv(op_class: str, channels_last: bool, reduction: float, dtype: str = "float16") -> OpTable:

@@ -13,8 +13,11 @@ from typing import Iterable, Literal, get_args
 
 import numpy as np
 
-OpClass = Literal["matmul", "conv", "grouped_conv", "attention", "norm", "reduction", "elementwise",
-                  "optimizer", "view"]
+OpClass = Literal["matmul", "conv", "grouped_conv", "attention", "norm", "batch_norm", "reduction",
+                  "elementwise", "optimizer", "view"]
+"""`batch_norm`: batch normalisation over the batch's statistics (training) and every batch-norm backward, whose
+kernels read their input twice (statistics, then the normalising or gradient pass); `norm`: the other
+normalisations (layer and group norm, batch norm on running statistics)."""
 COMPUTE_CLASSES: tuple[OpClass, ...] = ("matmul", "conv", "grouped_conv", "attention")
 """Classes timed by FLOPs against a tensor-core or FMA peak (and by bytes, whichever is longer)."""
 

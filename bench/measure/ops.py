@@ -27,10 +27,12 @@ aten = torch.ops.aten
 _NO_KERNEL = {aten.detach, aten.alias, aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
               aten.new_empty_strided, aten.lift_fresh, aten._local_scalar_dense, aten.sym_size,
               aten.sym_stride, aten.sym_numel, aten.is_same_size, aten.set_, aten._unsafe_view}
-_NORM = {aten.native_batch_norm, aten.native_batch_norm_backward, aten._native_batch_norm_legit,
-         aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
-         aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_group_norm,
-         aten.native_group_norm_backward, aten._batch_norm_with_update, aten.batch_norm_backward}
+_NORM = {aten._native_batch_norm_legit_no_training, aten.native_layer_norm, aten.native_layer_norm_backward,
+         aten.native_group_norm, aten.native_group_norm_backward}
+_BATCH_NORM_TRAINING = {aten.native_batch_norm: 5, aten._native_batch_norm_legit: 5,
+                        aten._native_batch_norm_legit_functional: 5}
+"""Batch norms that take a `training` argument: its position (the `no_stats` overload's is 3)."""
+_BATCH_NORM_ALWAYS = {aten._batch_norm_with_update, aten.native_batch_norm_backward, aten.batch_norm_backward}
 _REDUCTION = {aten.sum, aten.mean, aten.amax, aten.amin, aten.max, aten.min, aten.var_mean, aten.var,
               aten.std, aten.norm, aten.linalg_vector_norm, aten._softmax, aten._log_softmax,
               aten._softmax_backward_data, aten._log_softmax_backward_data, aten.nll_loss_forward,
@@ -101,6 +103,11 @@ def classify(func: torch._ops.OpOverload, args: tuple) -> OpClass:
         return "grouped_conv" if isinstance(groups, int) and groups > 1 else "conv"
     if "scaled_dot_product" in packet.__name__:
         return "attention"
+    if packet in _BATCH_NORM_ALWAYS:
+        return "batch_norm"
+    if packet in _BATCH_NORM_TRAINING:
+        position = 3 if func._overloadname == "no_stats" else _BATCH_NORM_TRAINING[packet]
+        return "batch_norm" if len(args) > position and args[position] else "norm"
     if packet in _NORM:
         return "norm"
     if packet in _REDUCTION:

@@ -8,7 +8,8 @@ Each op costs the largest of three times, plus a fixed cost per kernel launched:
   scaling, NeuSight's tile-level utilisation). A small op also pays `flops_per_sm_half` per SM.
 - memory traffic: bytes / (datasheet bandwidth x the achievable fraction `e_memory`), with a per-SM
   occupancy term (a kernel too small to keep every SM's loads in flight reaches less) and
-  `l2_speedup` for an op whose bytes fit in L2.
+  `l2_speedup` for an op whose bytes fit in L2. A training batch norm moves `batch_norm_bytes` times the bytes
+  it reads and writes once (its kernels read their input twice: statistics, then normalising or the gradient).
 - memory format (half-precision convolutions only; timm's pairs of one model run both ways pin it): an
   NCHW convolution pays, on top of its own time, the transposes to and from NHWC that cuDNN's tensor-core
   kernels need (`nchw_half_bytes` x its bytes at the memory rate: separate kernels, so added, not overlapped);
@@ -82,6 +83,7 @@ _KERNEL_INDEX = np.array([name != "view" for name in OP_CLASSES])
 _CONV_INDEX = np.array([name in ("conv", "grouped_conv") for name in OP_CLASSES])
 _MATMUL_INDEX = np.array([name in ("matmul", "attention") for name in OP_CLASSES])
 _HALF_INDEX = np.array([name in ("float16", "bfloat16") for name in DTYPES])
+_BATCH_NORM = OP_CLASSES.index("batch_norm")
 
 
 def mix_of(matmul_flops: float, grouped_conv_flops: float, compute_flops: float) -> OpMix:
@@ -277,8 +279,8 @@ def op_times(table: OpTable | OpFeatures, rates: EntryRates | None, params: Spee
         tensor = np.where(f.computing, (f.flops * f.wave_cost + sms * params.flops_per_sm_half) / rate, 0.0)
     dram = r.bandwidth * min(params.e_memory, 1.0)
     bandwidth = dram * np.where(f.in_l2, params.l2_speedup, 1.0)
-    memory = np.where(f.launched & (f.bytes_moved > 0), (f.bytes_moved + sms * params.bytes_per_sm_half) / bandwidth,
-                      0.0)
+    moved = f.bytes_moved * np.where(f.op_class == _BATCH_NORM, params.batch_norm_bytes, 1.0)
+    memory = np.where(f.launched & (f.bytes_moved > 0), (moved + sms * params.bytes_per_sm_half) / bandwidth, 0.0)
     transpose = np.where(f.transposed, f.bytes_moved * params.nchw_half_bytes / dram, 0.0)
     # FP32 lane-cycles per second = the FP32 peak / 2 (one fused multiply-add, two FLOPs, per lane and cycle).
     non_tensor = np.where(f.non_tensor, f.out_elements / (r.fp32_peak / 2 * params.elements_per_lane_cycle), 0.0)

@@ -49,6 +49,10 @@ class SpeedParams:
     """Fraction of the FP32 units' peak a half-precision channels-last grouped convolution reaches."""
     e_memory: float
     """Achievable fraction of the datasheet bandwidth (stream-like kernels reach 80-90 %)."""
+    batch_norm_bytes: float
+    """A training batch norm's bytes (`batch_norm` ops: forward on the batch's statistics, and backward) as a
+    multiple of what it reads and writes once: its kernels read their input twice (1.5-1.7x); the fit may put
+    more here (time the recorded bytes miss, which it finds on these ops)."""
     bytes_per_sm_half: float
     """Bytes per SM at which a memory-bound kernel reaches half its bandwidth (occupancy)."""
     l2_speedup: float
