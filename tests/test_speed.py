@@ -579,3 +579,21 @@ def test_the_in_sample_table_puts_every_reference_row_in_one_slice():
     assert sum(line["rows"] for line in table) == len(data.rows)
     assert {line["mode"] for line in table} == {"train", "infer"}
     assert all(line["median_error_pct"] <= line["p90_error_pct"] for line in table)
+
+
+@pytest.mark.slow
+def test_the_committed_reference_tables_are_what_todays_recorder_traces():
+    # The fit reads the committed tables; a prediction traces afresh. Were the recorder or the fake step to change
+    # without `bench predict --trace-reference`, the fit would be judged on steps it never predicts (v4's tables
+    # had held layer norms in fp16 where today's trace holds them in fp32).
+    from bench.speed.reference import read_reference_ops, reference_rows, trace_reference
+
+    wanted = {"train:resnet10t:176px:b512:half:eager:channels_last",
+              "train:vit_small_patch32_224:224px:b512:half:eager:channels_last"}
+    rows = [row for row in reference_rows() if row.trace in wanted]
+    committed = read_reference_ops()
+    traced = trace_reference(rows)
+    assert wanted <= set(traced)
+    for trace in wanted:
+        for column in ("op_class", "dtype", "flops", "bytes_moved", "channels_last", "count", "out_elements"):
+            assert np.array_equal(getattr(traced[trace], column), getattr(committed[trace], column)), (trace, column)
