@@ -225,3 +225,25 @@ def test_the_summary_counts_the_misses_where_the_two_memory_formats_fit_differen
             "(contiguous the smaller in 1, channels_last in 0)") in summary
     assert "within 1 % in 3 of the 3 batches estimated in both" in summary
     assert "so it can be right on one of the two at most: 1 of the 1 rows missed are theirs." in summary
+
+def test_a_family_timm_now_builds_with_other_layers_is_not_judged_and_its_score_is_said(tmp_path: Path):
+    """The table's TResNets ran with Inplace-ABN; today's timm builds BatchNorm and LeakyReLU: their rows measured
+    another implementation, so they are left out, and the summary says how they would have scored."""
+    gib = 2**30
+    path = tmp_path / "rows.csv"
+    lines = [",".join(COLUMNS)]
+    for model, side, predicted in (("resnet50", "fit", 20.0), ("resnet50", "oom", 23.0),  # right
+                                   ("tresnet_m", "fit", 23.0), ("tresnet_m", "oom", 25.0)):  # fit side missed
+        row = dict.fromkeys(COLUMNS, "") | {"model": model, "memory_format": "contiguous", "image_size": 224,
+                                            "side": side, "batch_size": 16, "observed": side, "status": "estimated",
+                                            "predicted_reserved_bytes": int(predicted * gib)}
+        lines.append(",".join(str(row[c]) for c in COLUMNS))
+    path.write_text("\n".join(lines) + "\n")
+    assert set(judged(path).model) == {"resnet50"}
+    assert set(judged(path, rebuilt=True).model) == {"resnet50", "tresnet_m"}
+    assert agreement(rows_file=path).both_right_pct == 100.0
+    summary = summary_markdown(path)
+    assert "Not judged: 1 rows of 1 models whose layers today's timm builds otherwise" in summary
+    assert "Judged anyway, 0 of 1 would be right on both sides (50.0% of all 2 rows)" in summary
+    tresnet = agreement(rows_file=path, model="tresnet_l")
+    assert "family 'tresnet': its public rows measured other layers" in tresnet.describe()
