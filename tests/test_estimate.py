@@ -164,7 +164,7 @@ def test_estimate_starts_the_tracing_server_first_only_for_a_grid_it_traces_from
     """The fork server is started before the command's own imports only where a child of it will trace the grid's
     far end: a small grid, or a file that does not load (the command reports it), starts no process."""
     import bench.isolation
-    from bench.commands.memory import _start_second_end_early
+    from bench.commands.memory import _start_far_end_early
 
     started = []
     monkeypatch.setattr(bench.isolation, "start_fork_server_early", lambda *modules: started.append(modules))
@@ -175,5 +175,5 @@ def test_estimate_starts_the_tracing_server_first_only_for_a_grid_it_traces_from
                             ([REPO / "experiments" / "smoke.toml", REPO / "experiments" / "resnet50.toml"],
                              [("bench.memory.estimate",)])):
         started.clear()
-        _start_second_end_early(files, "cuda")
+        _start_far_end_early(files, "cuda")
         assert started == expected, files

@@ -81,7 +81,7 @@ def add_axis_options(probe: argparse.ArgumentParser) -> None:
             probe.add_argument(flag, type=axis_value(name), default=default, help=f"{doc} (default {default})")
 
 
-def _start_second_end_early(files: list[Path], profile: str) -> None:
+def _start_far_end_early(files: list[Path], profile: str) -> None:
     """Start the fork server now when a grid will be traced from both ends (its far end by a child of the server):
     the server's imports then run beside this command's own, not after them. Read without the model checks (torch
     free); a file that does not load is left to the command, which says why."""
@@ -97,7 +97,7 @@ def _start_second_end_early(files: list[Path], profile: str) -> None:
 
 
 def estimate_grids(args: argparse.Namespace) -> int:
-    _start_second_end_early(args.files, args.profile)
+    _start_far_end_early(args.files, args.profile)
     from bench.api import estimate_grids as estimate
     from bench.report.console import steps
 

@@ -29,9 +29,8 @@ _NO_KERNEL = {aten.detach, aten.alias, aten.empty, aten.empty_like, aten.empty_s
               aten.sym_stride, aten.sym_numel, aten.is_same_size, aten.set_, aten._unsafe_view}
 _NORM = {aten._native_batch_norm_legit_no_training, aten.native_layer_norm, aten.native_layer_norm_backward,
          aten.native_group_norm, aten.native_group_norm_backward}
-_BATCH_NORM_TRAINING = {aten.native_batch_norm: 5, aten._native_batch_norm_legit: 5,
-                        aten._native_batch_norm_legit_functional: 5}
-"""Batch norms that take a `training` argument: its position (the `no_stats` overload's is 3)."""
+_BATCH_NORM_TRAINING = {aten.native_batch_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional}
+"""Batch norms whose `training` argument says which statistics they normalise by: the batch's or the running ones."""
 _BATCH_NORM_ALWAYS = {aten._batch_norm_with_update, aten.native_batch_norm_backward, aten.batch_norm_backward}
 _REDUCTION = {aten.sum, aten.mean, aten.amax, aten.amin, aten.max, aten.min, aten.var_mean, aten.var,
               aten.std, aten.norm, aten.linalg_vector_norm, aten._softmax, aten._log_softmax,
@@ -106,7 +105,7 @@ def classify(func: torch._ops.OpOverload, args: tuple) -> OpClass:
     if packet in _BATCH_NORM_ALWAYS:
         return "batch_norm"
     if packet in _BATCH_NORM_TRAINING:
-        position = 3 if func._overloadname == "no_stats" else _BATCH_NORM_TRAINING[packet]
+        position = [argument.name for argument in func._schema.arguments].index("training")  # overloads differ
         return "batch_norm" if len(args) > position and args[position] else "norm"
     if packet in _NORM:
         return "norm"
