@@ -471,7 +471,8 @@ def test_the_validation_page_states_every_slice_and_both_projections():
     tables = {"logo": summary, "lofo": summary, "loso": summary, "bands": model.bands, "projection": model.projection,
               "coverage": {"by GPU": {"coverage_pct": 61.0, "predictions": 340}}, "band_quantiles": (5.5, 94.5),
               "projection_by_pair": [], "model_scaled": scaled, "logo_by_gpu": [], "logo_by_family": [],
-              "lofo_by_family": [], "lofo_by_gpu": []}
+              "lofo_by_family": [], "lofo_by_gpu": [],
+              "rows": [{"gpu": "H200", "family": "bert"}, {"gpu": "RTX-3090", "family": "vit"}]}
     ratios = [{"model": "resnet50", "precision": "bf16", "micro_batch": 256, "L4_x": 0.3, "L4_mfu_pct": 10.0}]
     page = validation_markdown(tables, ratios, model.version)
     assert all(f"| {key} | {band.rows} |" in page for key, band in model.bands.items())
@@ -479,6 +480,8 @@ def test_the_validation_page_states_every_slice_and_both_projections():
     assert "divided by the 94.5th and 5.5th percentiles" in page and "predicted/measured p5.5 | p94.5 |" in page
     assert f"median error **{model.projection.median_error_pct} %**" in page
     assert "off by median **11.0 %**, p90 **38.0 %**" in page and "14.5 % / 41.4 % for the model alone" in page
+    # The cross-GPU ratios say what the fit saw of the newest GPUs they are read for.
+    assert "The fit's rows on Hopper and Blackwell: 1 (H200), of the families bert." in page
 
 
 def test_predicted_rows_carry_the_cross_gpu_interval_and_say_so():

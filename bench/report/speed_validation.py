@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.measure.hardware import gpu_spec
 from bench.report.speed_chart import write_validation_chart
 from bench.speed.refit import Validated
 
@@ -24,6 +25,16 @@ def write_validation_report(validated: Validated, folder: Path) -> tuple[str, li
     page = folder / "validation.md"
     page.write_text(text)
     return text, [page, *charts]
+
+
+def _newest_rows(rows: list[dict]) -> str:
+    """What the fit saw of Hopper and Blackwell, the GPUs these ratios are read for."""
+    newest = [r for r in rows if gpu_spec(r["gpu"]).generation in ("hopper", "blackwell")]
+    if not newest:
+        return "No Hopper or Blackwell GPU has a calibration row (their tensor-core factor is Ampere's)."
+    families, gpus = sorted({r["family"] for r in newest}), sorted({r["gpu"] for r in newest})
+    return (f"The fit's rows on Hopper and Blackwell: {len(newest)} ({', '.join(gpus)}), of the families "
+            f"{', '.join(families)}.")
 
 
 def _table(rows: list[dict], key: str) -> list[str]:
@@ -104,8 +115,8 @@ def validation_markdown(tables: dict, ratios: list[dict], version: str) -> str:
     lines += ["", "## Leave-one-family-out, by GPU", ""] + _table(tables["lofo_by_gpu"], "gpu")
     gpus = [k[:-2] for k in ratios[0] if k.endswith("_x")]
     lines += ["", "## Predicted ratios between GPUs (samples/s relative to the A100-80GB, same cell; MFU %)", "",
-              "No row of these two models is in any calibration file; H100, H200 and B200 have no calibration row "
-              "at all (their tensor-core factor is Ampere's). Compare with published cross-GPU figures.", "",
+              "No row of these two models is in any calibration file. " + _newest_rows(tables["rows"]) +
+              " Compare with published cross-GPU figures.", "",
               "| model | precision | micro-batch | " + " | ".join(gpus) + " |",
               "|---|---|---|" + "---|" * len(gpus)]
     lines += [f"| {r['model']} | {r['precision']} | {r['micro_batch']} | " +
