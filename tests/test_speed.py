@@ -113,6 +113,26 @@ def _one_conv(op_class: str, channels_last: bool, reduction: float, dtype: str =
                    np.array([1e8]))
 
 
+def _one_op(op_class: str, out_elements: float, reduction: float) -> OpTable:
+    """One bf16 op of `out_elements` outputs, each a reduction over `reduction` products."""
+    return OpTable(np.array([OP_CLASSES.index(op_class)], dtype=np.int8), np.array([DTYPES.index("bfloat16")],
+                   dtype=np.int8), np.array([2 * reduction * out_elements]), np.array([1e6]), np.array([False]),
+                   np.array([1.0]), np.array([out_elements]))
+
+
+def test_a_weight_gradients_long_reduction_is_split_across_the_sms_and_attentions_is_not():
+    # ViT-B/16's 768 x 768 weight gradient at 256 samples: 36 output tiles on an A100's 108 SMs, reduced over every
+    # one of 256 x 197 token positions. cuBLAS splits that reduction (split-K) and fills the SMs; without it the op
+    # would pay three whole waves for one.
+    params, rates = load_model_file().params, gpu_rates(gpu_spec("A100-80GB"), "bf16")
+    tensor_s = lambda op: op_times(op, EntryRates.of(op, rates), params).tensor_s[0]  # noqa: E731
+    weight_gradient, wide = _one_op("matmul", 768 * 768, 256 * 197), _one_op("matmul", 768 * 768 * 64, 256 * 197 / 64)
+    assert tensor_s(weight_gradient) == pytest.approx(tensor_s(wide), rel=0.02)  # the same FLOPs, the same time
+    # Flash attention parallelises over queries, heads and samples, never over the keys it reduces.
+    narrow, wide = _one_op("attention", 768 * 768, 256 * 197), _one_op("attention", 768 * 768 * 64, 256 * 197 / 64)
+    assert tensor_s(narrow) > 2.7 * tensor_s(wide)  # three waves for one (the per-SM fill cost paid once by each)
+
+
 def test_an_nchw_half_convolution_pays_the_transposes_on_top_and_a_float_one_does_not():
     params = load_model_file().params
     rates = EntryRates.of(_one_conv("conv", False, 576), gpu_rates(gpu_spec("A100-80GB"), "bf16"))

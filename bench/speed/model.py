@@ -1,11 +1,12 @@
-"""The throughput model (v3): three GPU resources per op, a per-kernel cost, and the host's dispatch as a floor.
+"""The throughput model (v6): three GPU resources per op, a per-kernel cost, and the host's dispatch as a floor.
 
 Each op costs the largest of three times, plus a fixed cost per kernel launched:
 
 - tensor work (matmul, convolution, attention): FLOPs / (the dtype's dense peak x an efficiency per op
   class x a factor per GPU generation), paid in whole waves: the op's output is cut into tiles of
-  `TILE_ELEMENTS`, and a kernel whose tiles do not fill every SM pays for a full wave (Habitat's wave
-  scaling, NeuSight's tile-level utilisation). A small op also pays `flops_per_sm_half` per SM.
+  `TILE_ELEMENTS`, a long reduction split across tiles of its own (`SPLIT_K_MIN`: split-K), and a kernel whose
+  tiles do not fill every SM pays for a full wave (Habitat's wave scaling, NeuSight's tile-level utilisation).
+  A small op also pays `flops_per_sm_half` per SM.
 - memory traffic: bytes / (datasheet bandwidth x the achievable fraction `e_memory`), with a per-SM
   occupancy term (a kernel too small to keep every SM's loads in flight reaches less) and
   `l2_speedup` for an op whose bytes fit in L2. A training batch norm moves `batch_norm_bytes` times the bytes
@@ -54,6 +55,16 @@ OpMix = Literal["matmul", "conv", "grouped-conv"]
 TILE_ELEMENTS = 128 * 128
 """Output elements per thread-block tile of a tensor-core kernel (cuBLAS and cuDNN's common 128 x 128
 tile): what a wave over the SMs is counted in. A fixed figure, not fitted."""
+SPLIT_K_MIN = 128
+"""The shortest slice of a matmul or convolution's reduction (FLOPs / 2 / output elements) that cuBLAS and cuDNN
+give a thread block of its own when the output's tiles alone do not fill the SMs (split-K, then a reduction of the
+partial tiles): a weight gradient's output is the weight (a few tiles), its reduction every position of the batch.
+Counted without it (v5 and before), a weight gradient with a two-tile output paid 41 whole waves on an RTX 3090's
+82 SMs: 46-60 % of the predicted training step of MLP-Mixer-S/32, XCiT-nano, Swin-T and ConvNeXt-T was idle SMs, and
+the fit put the matmul and convolution efficiencies at the cap to make up for it. Attention is not split (flash
+attention parallelises over queries, heads and samples). Chosen among 128, 256 and 512 by the training rows'
+leave-one-GPU-out error (median / p90 13.1 / 43.8 %, 14.1 / 46.5, 13.4 / 45.9; the fit's loss alike, 0.129;
+attention split too, 13.2 / 47.7 at 128): a chosen figure, counted among the parameters."""
 KERNEL_US = 3.25
 """GPU time per kernel launched beyond its roofline time, microseconds: a fixed figure, not fitted (the
 calibration rows are too large to see it). Source: CUDA.jl's CUDA-graphs guide (cuda.juliagpu.org/
@@ -84,6 +95,7 @@ _CONV_INDEX = np.array([name in ("conv", "grouped_conv") for name in OP_CLASSES]
 _MATMUL_INDEX = np.array([name in ("matmul", "attention") for name in OP_CLASSES])
 _HALF_INDEX = np.array([name in ("float16", "bfloat16") for name in DTYPES])
 _BATCH_NORM = OP_CLASSES.index("batch_norm")
+_ATTENTION = OP_CLASSES.index("attention")
 
 
 def mix_of(matmul_flops: float, grouped_conv_flops: float, compute_flops: float) -> OpMix:
@@ -238,7 +250,8 @@ class OpFeatures:
     """fp32 ops (run on TF32 tensor cores where `rates.tf32`, else on the FP32 units)."""
     in_l2: np.ndarray
     wave_cost: np.ndarray
-    """>= 1: whole waves of tiles over the SMs over the tiles the op has (a partial wave costs a full one)."""
+    """>= 1: whole waves of tiles over the SMs over the tiles the op has, its reduction's splits counted (a partial
+    wave costs a full one)."""
     rates: EntryRates
 
 
@@ -246,7 +259,10 @@ def op_features(table: OpTable, rates: EntryRates, cudnn8: np.ndarray | bool = F
     """`cudnn8`: per entry (or for all), the step ran on PyTorch 1.x and cuDNN 8 (a calibration row's stack,
     `bench.speed.reference.ReferenceRow.cudnn8`); a prediction is for the runner's torch 2 and cuDNN 9."""
     cls = table.op_class
-    tiles = np.maximum(np.ceil(table.out_elements / TILE_ELEMENTS), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reduction = np.where(table.out_elements > 0, table.flops / (2 * table.out_elements), 0.0)
+    splits = np.where(cls == _ATTENTION, 1.0, np.maximum(np.floor(reduction / SPLIT_K_MIN), 1.0))
+    tiles = np.maximum(np.ceil(table.out_elements / TILE_ELEMENTS), 1) * splits
     return OpFeatures(cls, rates.generation, table.flops, table.bytes_moved, table.out_elements, table.count,
                       _COMPUTE_INDEX[cls] & (table.flops > 0), _KERNEL_INDEX[cls],
                       _KERNEL_INDEX[cls] & ~_COMPUTE_INDEX[cls],
