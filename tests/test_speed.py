@@ -106,17 +106,13 @@ def test_a_training_batch_norm_moves_its_bytes_the_fitted_times_over_and_a_layer
     assert params.batch_norm_bytes > 1.5  # at least the second read of the input
 
 
-def _one_conv(op_class: str, channels_last: bool, reduction: float, dtype: str = "float16") -> OpTable:
-    """One convolution of 1e8 output elements whose reduction (channels per group x kernel area) is `reduction`."""
-    return OpTable(np.array([OP_CLASSES.index(op_class)], dtype=np.int8), np.array([DTYPES.index(dtype)], dtype=np.int8),
-                   np.array([2 * reduction * 1e8]), np.array([4e8]), np.array([channels_last]), np.array([1.0]),
-                   np.array([1e8]))
-
-
-def _one_op(op_class: str, out_elements: float, reduction: float) -> OpTable:
-    """One bf16 op of `out_elements` outputs, each a reduction over `reduction` products."""
-    return OpTable(np.array([OP_CLASSES.index(op_class)], dtype=np.int8), np.array([DTYPES.index("bfloat16")],
-                   dtype=np.int8), np.array([2 * reduction * out_elements]), np.array([1e6]), np.array([False]),
+def _one_op(op_class: str, reduction: float, *, channels_last: bool = False, dtype: str = "float16",
+            out_elements: float = 1e8) -> OpTable:
+    """One op of `out_elements` outputs, each a reduction over `reduction` products (a convolution's: channels per
+    group x kernel area)."""
+    return OpTable(np.array([OP_CLASSES.index(op_class)], dtype=np.int8),
+                   np.array([DTYPES.index(dtype)], dtype=np.int8),
+                   np.array([2 * reduction * out_elements]), np.array([4 * out_elements]), np.array([channels_last]),
                    np.array([1.0]), np.array([out_elements]))
 
 
@@ -126,20 +122,22 @@ def test_a_weight_gradients_long_reduction_is_split_across_the_sms_and_attention
     # would pay three whole waves for one.
     params, rates = load_model_file().params, gpu_rates(gpu_spec("A100-80GB"), "bf16")
     tensor_s = lambda op: op_times(op, EntryRates.of(op, rates), params).tensor_s[0]  # noqa: E731
-    weight_gradient, wide = _one_op("matmul", 768 * 768, 256 * 197), _one_op("matmul", 768 * 768 * 64, 256 * 197 / 64)
+    op = lambda op_class, outputs, reduction: _one_op(  # noqa: E731
+        op_class, reduction, dtype="bfloat16", out_elements=outputs)
+    weight_gradient, wide = op("matmul", 768 * 768, 256 * 197), op("matmul", 768 * 768 * 64, 256 * 197 / 64)
     assert tensor_s(weight_gradient) == pytest.approx(tensor_s(wide), rel=0.02)  # the same FLOPs, the same time
     # Flash attention parallelises over queries, heads and samples, never over the keys it reduces.
-    narrow, wide = _one_op("attention", 768 * 768, 256 * 197), _one_op("attention", 768 * 768 * 64, 256 * 197 / 64)
+    narrow, wide = op("attention", 768 * 768, 256 * 197), op("attention", 768 * 768 * 64, 256 * 197 / 64)
     assert tensor_s(narrow) > 2.7 * tensor_s(wide)  # three waves for one (the per-SM fill cost paid once by each)
 
 
 def test_an_nchw_half_convolution_pays_the_transposes_on_top_and_a_float_one_does_not():
     params = load_model_file().params
-    rates = EntryRates.of(_one_conv("conv", False, 576), gpu_rates(gpu_spec("A100-80GB"), "bf16"))
-    nchw, nhwc = (op_times(_one_conv("conv", layout, 576), rates, params) for layout in (False, True))
+    rates = EntryRates.of(_one_op("conv", 576), gpu_rates(gpu_spec("A100-80GB"), "bf16"))
+    nchw, nhwc = (op_times(_one_op("conv", 576, channels_last=layout), rates, params) for layout in (False, True))
     assert nhwc.transpose_s[0] == 0 < nchw.transpose_s[0]
     assert nchw.op_s[0] == pytest.approx(nhwc.op_s[0] + nchw.transpose_s[0])  # added, not hidden under the compute
-    float_conv = _one_conv("conv", False, 576, "float32")
+    float_conv = _one_op("conv", 576, dtype="float32")
     fp32_rates = EntryRates.of(float_conv, gpu_rates(gpu_spec("A100-80GB"), "tf32"))
     assert op_times(float_conv, fp32_rates, params).transpose_s[0] == 0  # cuDNN runs fp32 NCHW natively
 
@@ -180,11 +178,11 @@ def test_a_wide_group_channels_last_convolution_is_slow_on_cudnn_8_only():
     from bench.speed.model import GROUPED_NHWC_MIN_K, op_features
 
     params = load_model_file().params
-    table = _one_conv("grouped_conv", True, 2 * GROUPED_NHWC_MIN_K)
+    table = _one_op("grouped_conv", 2 * GROUPED_NHWC_MIN_K, channels_last=True)
     rates = EntryRates.of(table, gpu_rates(gpu_spec("RTX-3090"), "fp16"))
     torch2, cudnn8 = (op_times(op_features(table, rates, old), None, params) for old in (False, True))
     assert cudnn8.op_s[0] > 2 * torch2.op_s[0]  # off the tensor cores: RegNets at 0.3-0.45x channels-last
-    narrow = _one_conv("grouped_conv", True, GROUPED_NHWC_MIN_K / 4)  # depthwise, ResNeXt's 4-wide groups
+    narrow = _one_op("grouped_conv", GROUPED_NHWC_MIN_K / 4, channels_last=True)  # depthwise, ResNeXt's 4-wide groups
     assert op_times(op_features(narrow, rates, True), None, params).op_s[0] == \
         op_times(op_features(narrow, rates, False), None, params).op_s[0]
 

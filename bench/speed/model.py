@@ -268,7 +268,7 @@ def op_features(table: OpTable, rates: EntryRates, cudnn8: np.ndarray | bool = F
                       _KERNEL_INDEX[cls] & ~_COMPUTE_INDEX[cls],
                       _CONV_INDEX[cls] & ~table.channels_last & _HALF_INDEX[table.dtype],
                       (cls == OP_CLASSES.index("grouped_conv")) & table.channels_last & _HALF_INDEX[table.dtype]
-                      & (table.flops > 2 * GROUPED_NHWC_MIN_K * table.out_elements) & cudnn8,
+                      & (reduction > GROUPED_NHWC_MIN_K) & cudnn8,
                       ~_HALF_INDEX[table.dtype],
                       table.bytes_moved <= rates.l2_bytes, np.ceil(tiles / rates.sm_count) * rates.sm_count / tiles,
                       rates)
