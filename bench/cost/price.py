@@ -266,7 +266,7 @@ class MeasuredRow:
         """(bytes, what they are): CUDA reserved when present, else `peak_memory_bytes`."""
         if self.memory_source.startswith("estimate"):
             return (self.peak_reserved_bytes or self.peak_memory_bytes,
-                    "estimated (fake-tensor trace, bench estimate; reserved, a lower bound)")
+                    "estimated (fake-tensor trace, bench estimate; reserved: the caching allocator replayed)")
         if self.peak_reserved_bytes is not None:
             return self.peak_reserved_bytes, "cuda_reserved (max_memory_reserved)"
         if self.memory_source == "tracked_tensors":

@@ -25,7 +25,7 @@ from torch.distributed._tools import mem_tracker
 from bench.frames import Tabular
 from bench.grid.cell import Cell
 from bench.measure.memory import TracedStep, param_bytes, trace_step
-from bench.memory.allocator import allocated, whole_segments
+from bench.memory.allocator import AllocatorEvent, allocated, reserved_to_run, whole_segments
 from bench.memory.cuda_attention import cuda_attention, masks_without_values
 from bench.memory.cuda_autocast import cuda_autocast_policy
 from bench.memory.fake_models import FakeModels
@@ -78,13 +78,14 @@ CUDA_MODEL = (
     "as its own category), the attention kernel CUDA's SDPA would pick per call (estimate_attention: "
     "the one picked most) and CUDA's fused dropout (a 1-byte mask kept); "
     "the multi-tensor (foreach) optimizer update CUDA gets by default; the input batch; a cuBLAS workspace allowance (cuBLASLt shares it) "
-    f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB: the default from compute capability 9.0 on, 2 threads); reserved = allocated "
-    "rounded up to 2 MiB segments (a lower bound)"
+    f"({WORKSPACE_ALLOWANCE_BYTES // MIB} MiB: the default from compute capability 9.0 on, 2 threads); reserved = the "
+    "step's allocations and frees, in order, replayed through the caching allocator's rules (bench.memory.allocator: "
+    "pools, segment sizes, best fit, splitting, cached blocks released before running out): the least memory they run in"
 )
 CUDA_UNMODELLED = (
     "not modelled: kernel choices other than attention (convolution saves what the CPU kernel saves), "
     "cuDNN workspaces, "
-    "unsplit cached blocks (up to 1 MiB each), allocator fragmentation, the CUDA context"
+    "the CUDA context"
 )
 
 
@@ -102,6 +103,9 @@ class Estimate(Tabular):
     """cuBLAS/cuBLASLt workspace allowance (CUDA only)."""
     attention: AttentionKernel = "cpu"
     """The attention kernel the trace assumed (see `attention_kernel`)."""
+    reserved_bytes: int | None = None
+    """CUDA only: the least reserved memory the step's allocations run in (`bench.memory.allocator.reserved_to_run`,
+    the inputs and cuBLAS workspaces allocated first)."""
     tracked_peak_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,9 +125,10 @@ class Estimate(Tabular):
 
     @property
     def peak_reserved_bytes(self) -> int | None:
-        """A lower bound on `max_memory_reserved`: allocated, in whole 2 MiB segments."""
+        """Predicted `max_memory_reserved` on a device with just enough memory (`reserved_bytes`), never below the
+        allocated peak in whole 2 MiB segments."""
         allocated = self.peak_allocated_bytes
-        return None if allocated is None else whole_segments(allocated)
+        return None if allocated is None else max(whole_segments(allocated), self.reserved_bytes or 0)
 
     @property
     def peak_bytes(self) -> int:
@@ -257,17 +262,22 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
         True
     """
     observe = observer.on_phase if observer else None
+    cuda = target == "cuda"
     with (fake_step(cell, target, models, accum_steps, observe, capability=capability) as step,
-          observer or contextlib.nullcontext()):
+          observer or contextlib.nullcontext(), _allocation_events(cuda) as events):
         # Fake tensors have no values: no gradient norm, and the host's memory says nothing of a device.
         traced = trace_step(step.run, step.model, step.optimizer, torch.device("cpu"), values=False)
-    cuda = target == "cuda"
+    inputs_bytes = sum(allocated(t.untyped_storage().nbytes(), cuda) for t in step.batch)
+    workspace = cublas_workspace_bytes(capability)
+    # The batch and the cuBLAS workspaces (one per thread, created by the warm-up's first matmul) stay allocated.
+    first = [(-1, inputs_bytes)] + [(-2 - thread, workspace) for thread in range(CUBLAS_THREADS)]
     return Estimate(
         target=target, traced=traced, params_bytes=param_bytes(step.model),
         param_count=sum(p.numel() for p in step.model.parameters()),
-        inputs_bytes=sum(allocated(t.untyped_storage().nbytes(), cuda) for t in step.batch),
+        inputs_bytes=inputs_bytes,
         workspace_bytes=workspace_allowance_bytes(capability) if cuda else 0,
         attention=_traced_attention(cell, target, capability, step.attention_kernels),
+        reserved_bytes=reserved_to_run(first + events) if cuda else None,
     )
 
 
@@ -300,6 +310,32 @@ def _multi_tensor_updates(optimizer: torch.optim.Optimizer) -> None:
     for group in optimizer.param_groups:
         if "foreach" in group and group["foreach"] is None:  # bitsandbytes' optimizers have no foreach
             group["foreach"] = True
+
+
+@contextlib.contextmanager
+def _allocation_events(enabled: bool) -> Iterator[list[AllocatorEvent]]:
+    """Every storage MemTracker sees allocated, resized or freed, in order (`AllocatorEvent`s keyed by its record):
+    what the caching allocator would be asked for."""
+    events: list[AllocatorEvent] = []
+    if not enabled:
+        yield events
+        return
+    tracker = mem_tracker.MemTracker
+    original = tracker._update_snap
+    update = mem_tracker._UpdateType
+
+    def recorded(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):
+        if u_type in (update.DEL, update.SIZE):
+            events.append((id(winfo), 0))
+        if u_type in (update.ADD, update.SIZE):
+            events.append((id(winfo), winfo.mem_consumed))
+        return original(self, u_type, winfo, old_mem_consumed, old_reftype)
+
+    tracker._update_snap = recorded
+    try:
+        yield events
+    finally:
+        tracker._update_snap = original
 
 
 @contextlib.contextmanager

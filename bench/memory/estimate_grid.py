@@ -153,4 +153,4 @@ def describe_estimate(row: dict) -> str:
     if row["peak_reserved_bytes"] is None:
         return f"estimated {row['cell_id']}  tracked peak {gib(row['peak_memory_bytes'], 3)}"
     return (f"estimated {row['cell_id']}  allocated {gib(row['peak_allocated_bytes'])}, reserved "
-            f">= {gib(row['peak_reserved_bytes'])}; fits: {row['fits_gpus'] or 'none'}")
+            f"{gib(row['peak_reserved_bytes'])}; fits: {row['fits_gpus'] or 'none'}")

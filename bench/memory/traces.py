@@ -31,7 +31,8 @@ IN_PROCESS_TRACES = 32
 """Traces a command keeps in memory besides the disk cache (a ViT-L/16 trace's ops take a few MB)."""
 
 
-ESTIMATE_FIELDS = ("target", "traced", "params_bytes", "param_count", "inputs_bytes", "workspace_bytes", "attention")
+ESTIMATE_FIELDS = ("target", "traced", "params_bytes", "param_count", "inputs_bytes", "workspace_bytes", "attention",
+                   "reserved_bytes")
 """`Estimate`'s fields, as a stored trace holds them (a test checks them against the class)."""
 
 
@@ -55,6 +56,15 @@ class Trace:
         peak = estimate.peak_reserved_bytes if cuda else estimate.peak_bytes + estimate.inputs_bytes
         values = {name: getattr(estimate, name) for name in ESTIMATE_FIELDS}
         return cls(float(peak), estimate.param_count, ops, {**values, "traced": asdict(estimate.traced)})
+
+    @property
+    def allocated_peak_bytes(self) -> float:
+        """CUDA: the allocated peak in whole 2 MiB segments, convex in the micro-batch (`bench plan` bounds the sizes
+        between traced ones with it; `peak_bytes`, the allocator's replay, is not convex). CPU: `peak_bytes`."""
+        from bench.memory.allocator import whole_segments
+
+        allocated = self.estimate.peak_allocated_bytes
+        return self.peak_bytes if allocated is None else float(whole_segments(allocated))
 
     @cached_property
     def estimate(self) -> Estimate:
