@@ -35,11 +35,12 @@ from bench.speed.params import ModelFile, load_model_file
 from bench.speed.predict import TRACED_MICRO_BATCHES, Prediction, predict_on
 from bench.units import MIB
 
-MEMORY_METHOD = ("memory: the estimator's peak (fake-tensor trace, reserved, K = 2) at the chosen micro-batch, found on "
-                 f"the line through micro-batches {TRACED_MICRO_BATCHES} and checked by a trace of the largest size "
-                 "proposed; between traced sizes the chord bounds the peak (it is convex in the micro-batch) and stands "
-                 "for it where the bounds lie within 0.25 %, sizes they cannot settle are traced; + headroom against "
-                 "the GPU's nominal memory")
+MEMORY_METHOD = ("memory: the estimator's allocated peak in whole 2 MiB segments (fake-tensor trace, K = 2) at the chosen "
+                 f"micro-batch, found on the line through micro-batches {TRACED_MICRO_BATCHES} and checked by a trace of "
+                 "the largest size proposed; between traced sizes the chord bounds the peak (it is convex in the "
+                 "micro-batch) and stands for it where the bounds lie within 0.25 %, sizes they cannot settle are "
+                 "traced; + headroom against the GPU's nominal memory, which covers the allocator's fragmentation "
+                 "(bench estimate's reserved replays it: not convex, so not bounded between sizes)")
 DEFAULT_PRECISIONS = ("bf16", "fp16", "tf32")
 
 
@@ -391,8 +392,8 @@ def _trace_line(request: PlanCandidates, precision: str, checkpointing: str, mod
         return trace
 
     low, high = (counted(m) for m in TRACED_MICRO_BATCHES)
-    return Traced(*((m, trace.peak_bytes, trace.ops) for m, trace in zip(TRACED_MICRO_BATCHES, (low, high))),
-                  traced_peak=lambda micro_batch: counted(micro_batch).peak_bytes,
+    return Traced(*((m, trace.allocated_peak_bytes, trace.ops) for m, trace in zip(TRACED_MICRO_BATCHES, (low, high))),
+                  traced_peak=lambda micro_batch: counted(micro_batch).allocated_peak_bytes,
                   grads_bytes=low.param_count * BYTES_PER_GRADIENT)
 
 
