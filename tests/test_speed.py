@@ -540,12 +540,13 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
                                                                                                     monkeypatch):
     """`bench plan` traces the line and the largest size proposed, and settles the sizes between by the chord
     (`Traced.bounds`): each GPU still gets the largest power of two a full trace of its own fits, and the memory
-    it states is never below that trace's, and at most 16 MiB or 0.25 % (and a segment) above it."""
+    it states is never below that trace's, and at most 16 MiB or 0.25 % (and a segment) above it. The plan's memory
+    is the allocated peak in whole segments (`Trace.allocated_peak_bytes`, convex in the micro-batch)."""
     from dataclasses import replace
 
     from bench.memory.fit import memory_fit
-    from bench.memory.probe import estimated_peak_bytes
     from bench.memory.allocator import CUDA_SEGMENT_BYTES
+    from bench.memory.traces import traced
     from bench.planner.search import (SETTLED_WITHIN_BYTES, SETTLED_WITHIN_SHARE, PlanCandidates, Progress,
                                       plan_predictions)
 
@@ -558,12 +559,12 @@ def test_the_plans_micro_batches_are_the_largest_a_full_trace_fits_though_most_a
     assert len(sizes) >= 3 and progress.traces < 2 + len(sizes)  # some sizes were settled without a trace
     for option in options:
         m, gpu = option.cell.micro_batch, gpu_spec(option.prediction.gpu)
-        exact = estimated_peak_bytes(replace(option.cell, accum_steps=2), "cuda")[0]
+        exact = traced(replace(option.cell, accum_steps=2), "cuda")[0].allocated_peak_bytes
         settled_within = max(SETTLED_WITHIN_BYTES, SETTLED_WITHIN_SHARE * option.peak_reserved_bytes)
         assert 0 <= option.peak_reserved_bytes - exact <= settled_within + CUDA_SEGMENT_BYTES
         assert memory_fit(exact, request.headroom, gpu.memory_gib).fits
         if 2 * m <= request.effective_batch:
-            double = estimated_peak_bytes(replace(option.cell, micro_batch=2 * m, accum_steps=2), "cuda")[0]
+            double = traced(replace(option.cell, micro_batch=2 * m, accum_steps=2), "cuda")[0].allocated_peak_bytes
             assert not memory_fit(double, request.headroom, gpu.memory_gib).fits
 
 
