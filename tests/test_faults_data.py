@@ -238,16 +238,17 @@ def test_a_stored_peak_that_is_no_byte_count_is_recomputed_with_one_warning(valu
 
 
 _ESTIMATE = {name: 1 for name in ("target", "params_bytes", "param_count", "inputs_bytes", "workspace_bytes",
-                                   "attention")} | {"traced": {}}
-_TRACE = {"peak_bytes": 100, "param_count": 10, "estimate": _ESTIMATE, "ops": None}
+                                   "attention", "reserved_bytes")} | {"traced": {}}
+_TRACE = {"peak_bytes": 100, "allocated_peak_bytes": 100, "param_count": 10, "estimate": _ESTIMATE, "ops": None}
 
 
 @pytest.mark.parametrize("value", [{}, float("nan"), "row", [], {**_TRACE, "estimate": None},
                                    {k: v for k, v in _TRACE.items() if k != "ops"}, {**_TRACE, "param_count": True},
                                    {**_TRACE, "peak_bytes": -1}, {**_TRACE, "peak_bytes": float("nan")},
+                                   {**_TRACE, "allocated_peak_bytes": -1},
                                    {**_TRACE, "estimate": {"traced": {}}}, {**_TRACE, "estimate": {**_ESTIMATE, "traced": 5}}],
                          ids=["empty", "nan", "text", "list", "no-estimate", "no-ops", "bool-params", "negative-peak",
-                              "nan-peak", "estimate-fields-missing", "traced-not-dict"])
+                              "nan-peak", "negative-allocated-peak", "estimate-fields-missing", "traced-not-dict"])
 def test_a_trace_entry_that_is_no_trace_is_recomputed_with_one_warning(value, cache, capsys):
     """Before: an estimate-rows entry of {} or NaN was a traceback in `bench estimate`; every command reads the one
     trace cache now (`bench.memory.traces`)."""

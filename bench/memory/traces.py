@@ -22,6 +22,7 @@ from bench.cache import ESTIMATOR_SOURCES, DiskCache, byte_count_problem
 from bench.grid.cell import PROVENANCE_FIELDS, Cell
 from bench.grid.model_ref import code_digest
 from bench.measure.op_table import StepOps
+from bench.memory.allocator import whole_segments
 from bench.memory.fake_models import FakeModels
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ class Trace:
     peak_bytes: float
     """What a probe compares with a budget: predicted `max_memory_reserved` on CUDA, tracked tensors plus inputs
     on a CPU."""
+    allocated_peak_bytes: float
+    """CUDA: the allocated peak in whole 2 MiB segments, convex in the micro-batch (`bench plan` bounds the sizes
+    between traced ones with it; `peak_bytes`, the allocator's replay, is not convex). CPU: `peak_bytes`."""
     param_count: int
     ops: StepOps | None
     """None for a CPU target (the throughput model predicts CUDA GPUs only)."""
@@ -54,17 +58,10 @@ class Trace:
     def of(cls, estimate: Estimate, ops: StepOps | None) -> Trace:
         cuda = estimate.target == "cuda"
         peak = estimate.peak_reserved_bytes if cuda else estimate.peak_bytes + estimate.inputs_bytes
+        allocated = whole_segments(estimate.peak_allocated_bytes) if cuda else peak
         values = {name: getattr(estimate, name) for name in ESTIMATE_FIELDS}
-        return cls(float(peak), estimate.param_count, ops, {**values, "traced": asdict(estimate.traced)})
-
-    @property
-    def allocated_peak_bytes(self) -> float:
-        """CUDA: the allocated peak in whole 2 MiB segments, convex in the micro-batch (`bench plan` bounds the sizes
-        between traced ones with it; `peak_bytes`, the allocator's replay, is not convex). CPU: `peak_bytes`."""
-        from bench.memory.allocator import whole_segments
-
-        allocated = self.estimate.peak_allocated_bytes
-        return self.peak_bytes if allocated is None else float(whole_segments(allocated))
+        return cls(float(peak), float(allocated), estimate.param_count, ops,
+                   {**values, "traced": asdict(estimate.traced)})
 
     @cached_property
     def estimate(self) -> Estimate:
@@ -74,15 +71,16 @@ class Trace:
         return Estimate(**{**self.estimate_fields, "traced": TracedStep(**self.estimate_fields["traced"])})
 
     def to_json(self) -> dict:
-        return {"peak_bytes": self.peak_bytes, "param_count": self.param_count, "estimate": self.estimate_fields,
+        return {"peak_bytes": self.peak_bytes, "allocated_peak_bytes": self.allocated_peak_bytes,
+                "param_count": self.param_count, "estimate": self.estimate_fields,
                 "ops": None if self.ops is None else self.ops.to_json()}
 
     @classmethod
     def from_json(cls, data: dict) -> Trace:
         """Raises KeyError, TypeError or ValueError for data of another layout."""
         ops = data["ops"]
-        return cls(float(data["peak_bytes"]), int(data["param_count"]), None if ops is None else StepOps.from_json(ops),
-                   dict(data["estimate"]))
+        return cls(float(data["peak_bytes"]), float(data["allocated_peak_bytes"]), int(data["param_count"]),
+                   None if ops is None else StepOps.from_json(ops), dict(data["estimate"]))
 
 
 NOT_TRACED = ("experiment", "warmup_steps", "measured_steps", "trace_steps", "seed", *PROVENANCE_FIELDS)
@@ -260,7 +258,7 @@ def _trace_problem(value: Any) -> str | None:
     estimate = value["estimate"]
     if set(estimate) != set(ESTIMATE_FIELDS) or not isinstance(estimate["traced"], dict):
         return "a trace without an estimate's fields"
-    return byte_count_problem(value.get("peak_bytes"))
+    return byte_count_problem(value.get("peak_bytes")) or byte_count_problem(value.get("allocated_peak_bytes"))
 
 
 _DISK = DiskCache("traces", sources=(*ESTIMATOR_SOURCES, "measure/ops.py", "measure/op_table.py"),
