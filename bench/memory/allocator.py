@@ -69,6 +69,8 @@ class _Block:
     previous: _Block | None = None
     next: _Block | None = None
     free: bool = True
+    requested: int = 0
+    """In use: the rounded request it serves (a block not split holds more)."""
 
 
 @dataclass
@@ -85,6 +87,9 @@ class CachingAllocator:
     capacity_bytes: float = math.inf
     reserved_bytes: int = 0
     peak_reserved_bytes: int = 0
+    peak_allocated_bytes: int = 0
+    """The most requested bytes in use at once (in 512-byte blocks): no capacity below it runs the same requests."""
+    _allocated_bytes: int = 0
     _free: dict[bool, list[tuple[int, int]]] = field(default_factory=lambda: {True: [], False: []})
     _blocks: dict[int, _Block] = field(default_factory=dict)
     """Free blocks by address (the sorted `_free` lists hold (size, address))."""
@@ -107,12 +112,15 @@ class CachingAllocator:
                 block.next.previous = rest
             block.next, block.size = rest, size
             self._cache(rest)
-        block.free = False
+        block.free, block.requested = False, size
         self._live[key] = block
+        self._allocated_bytes += size
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self._allocated_bytes)
 
     def free(self, key: int) -> None:
         block = self._live.pop(key)
         block.free = True
+        self._allocated_bytes -= block.requested
         for neighbour in (block.previous, block.next):
             if neighbour is not None and neighbour.free:
                 self._uncache(neighbour)
@@ -178,8 +186,9 @@ def reserved_to_run(events: Sequence[AllocatorEvent]) -> int:
     >>> reserved_to_run([(1, mib(12)), (1, 0), (2, mib(14))]) // MIB  # the free 12 MiB segment is released
     14
     """
-    unbounded = replay(events).peak_reserved_bytes
-    low, high = whole_segments(_live_peak(events)) // CUDA_SEGMENT_BYTES, unbounded // CUDA_SEGMENT_BYTES
+    unbounded = replay(events)
+    low = whole_segments(unbounded.peak_allocated_bytes) // CUDA_SEGMENT_BYTES
+    high = unbounded.peak_reserved_bytes // CUDA_SEGMENT_BYTES
     while low < high:
         middle = (low + high) // 2
         try:
@@ -188,20 +197,6 @@ def reserved_to_run(events: Sequence[AllocatorEvent]) -> int:
         except OutOfMemory:
             low = middle + 1
     return high * CUDA_SEGMENT_BYTES
-
-
-def _live_peak(events: Sequence[AllocatorEvent]) -> int:
-    """The most bytes in use at once (rounded to blocks): no capacity below it runs `events`."""
-    live: dict[int, int] = {}
-    total = peak = 0
-    for key, nbytes in events:
-        if nbytes:
-            live[key] = max(_round_up(nbytes, CUDA_BLOCK_BYTES), CUDA_BLOCK_BYTES)
-            total += live[key]
-            peak = max(peak, total)
-        else:
-            total -= live.pop(key)
-    return peak
 
 
 def _round_up(nbytes: float, unit: int) -> int:
