@@ -11,7 +11,7 @@ import torch
 from timm.layers import Attention
 
 from bench.grid.cell import Cell
-from bench.memory.cuda_autocast import cuda_autocast_policy
+from bench.memory.cuda_autocast import NOT_CAST_BY_PYTORCH_1_12, cuda_autocast_policy
 from bench.memory.estimate import estimate_cell
 from bench.memory.fake_models import FakeModels
 from bench.memory.fit import DEFAULT_HEADROOM, memory_fit
@@ -50,6 +50,18 @@ def test_cuda_policy_casts_as_cuda_does_and_cpu_autocast_is_restored_after(dtype
         assert torch.nn.functional.cross_entropy(scores, torch.tensor([0, 1, 2, 3])).dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):  # CPU's own policy again: softmax stays bf16
         assert torch.softmax(x @ weight, -1).dtype == torch.bfloat16
+
+
+def test_the_validation_upsamples_an_fp16_map_in_fp16_as_pytorch_1_12_did_and_today_in_fp32():
+    """The public rows ran under 1.12, whose autocast listed no interpolation: HRNet's upsampled branches
+    stayed fp16 there, twice as small as today's fp32 copies."""
+    x = torch.randn(2, 4, 8, 8)
+    conv = torch.nn.Conv2d(4, 4, 1)
+    for uncast, expected in ((frozenset(), torch.float32), (NOT_CAST_BY_PYTORCH_1_12, torch.float16)):
+        with cuda_autocast_policy(uncast), torch.autocast("cpu", dtype=torch.float16):
+            feature = conv(x)
+            assert feature.dtype == torch.float16
+            assert torch.nn.functional.interpolate(feature, scale_factor=2, mode="nearest").dtype == expected
 
 
 def test_a_weight_used_twice_is_cast_once_and_the_cache_ends_with_the_region():

@@ -32,6 +32,13 @@ from torch.utils._python_dispatch import _disable_current_modes, _get_current_di
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+NOT_CAST_BY_PYTORCH_1_12 = frozenset({
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+    "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+    "upsample_bicubic2d", "upsample_trilinear3d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"})
+"""Ops today's CUDA autocast runs in fp32 that PyTorch 1.12's ran uncast: its fp32 list (the 1.12 docs' "CUDA Ops
+that can autocast to float32") names no interpolation, so an fp16 feature map was upsampled in fp16. The public
+fit/OOM rows the estimator is checked against ran under 1.12 (`bench.memory.validate`)."""
 
 
 class AutocastRefType(_RefType):
@@ -147,8 +154,9 @@ def _overload(name: str) -> torch._ops.OpOverload:
 
 
 @contextlib.contextmanager
-def cuda_autocast_policy() -> Iterator[_Policy]:
-    """Within: `torch.autocast("cpu")` casts as `torch.autocast("cuda")` would (see the module's docstring).
+def cuda_autocast_policy(uncast: frozenset[str] = frozenset()) -> Iterator[_Policy]:
+    """Within: `torch.autocast("cpu")` casts as `torch.autocast("cuda")` would (see the module's docstring), except
+    the ops named in `uncast` (aten names without overload, e.g. `NOT_CAST_BY_PYTORCH_1_12`), which run uncast.
 
     Example: CUDA runs softmax in fp32 (CPU autocast leaves it in bf16 here):
         >>> x = torch.randn(2, 4)
@@ -172,7 +180,7 @@ def cuda_autocast_policy() -> Iterator[_Policy]:
                 if not name.startswith("aten::"):
                     continue
                 unqualified = name.removeprefix("aten::")
-                if name in cuda_ops:
+                if name in cuda_ops and unqualified.partition(".")[0] not in uncast:
                     library.impl(unqualified, _kernel(policy, _overload(name)), "AutocastCPU")
                 else:
                     library.impl(unqualified, torch.library.fallthrough_kernel, "AutocastCPU")

@@ -189,7 +189,8 @@ class FakeStep:
 @contextlib.contextmanager
 def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = None,
               accum_steps: int | None = None, observe: PhaseHook | None = None, *,
-              capability: tuple[int, int] | None = None) -> Iterator[FakeStep]:
+              capability: tuple[int, int] | None = None,
+              autocast_uncast: frozenset[str] = frozenset()) -> Iterator[FakeStep]:
     """Inside fake mode, `cell`'s step after one warm-up step, as the runner's warm-up leaves it.
 
     For a CUDA target the step casts as CUDA's autocast does (`bench.memory.cuda_autocast`) and
@@ -200,7 +201,8 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
     The one path from a cell to its step on fake tensors, shared by the memory estimator and the
     throughput model (`bench.speed`). `accum_steps` overrides the cell's K (the throughput model
     traces two micro-steps and scales); `observe` is called at every phase of the step, before
-    the caller's own hook. Optimizer state exists; gradients are None.
+    the caller's own hook. Optimizer state exists; gradients are None. `autocast_uncast`: ops CUDA's autocast
+    leaves uncast in the step (`bench.memory.cuda_autocast.cuda_autocast_policy`), for rows of an older PyTorch.
     """
     if cell.compile == "on":
         raise NotImplementedError("compile on: torch.compile is not modelled (the fake step runs eagerly)")
@@ -215,7 +217,7 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
     cuda = target == "cuda"
     with (named_untraceable_op(cell.model), models.mode, _allocator_rounding(cuda), masks_without_values(),
           (cuda_attention(capability or (8, 0)) if cuda else contextlib.nullcontext(Counter())) as kernels,
-          cuda_autocast_policy() if cuda else contextlib.nullcontext()):
+          cuda_autocast_policy(autocast_uncast) if cuda else contextlib.nullcontext()):
         if cuda:
             _multi_tensor_updates(optimizer)
         scaler = _StepAlwaysScaler("cpu") if grad_scaler_for(cell.precision, "cpu") else None
@@ -244,11 +246,13 @@ def fake_step(cell: Cell, target: Target = "cuda", models: FakeModels | None = N
 
 def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None = None, *,
                   accum_steps: int | None = None, observer: StepObserver | None = None,
-                  capability: tuple[int, int] | None = None) -> Estimate:
+                  capability: tuple[int, int] | None = None,
+                  autocast_uncast: frozenset[str] = frozenset()) -> Estimate:
     """Run `cell`'s step on fake tensors and predict its peak memory on `target`.
 
     `capability`: the CUDA GPU's compute capability, for its attention kernel and cuBLAS
-    workspace (None: a GPU of 8.0 or later for attention, the larger workspace).
+    workspace (None: a GPU of 8.0 or later for attention, the larger workspace). `autocast_uncast`: as
+    `fake_step`'s.
 
     `observer` (the throughput model's op recorder) watches the same traced step: one trace
     answers both. `accum_steps` traces that K instead of the cell's (from 2 on, the peak is the
@@ -263,7 +267,8 @@ def estimate_cell(cell: Cell, target: Target = "cuda", models: FakeModels | None
     """
     observe = observer.on_phase if observer else None
     cuda = target == "cuda"
-    with (fake_step(cell, target, models, accum_steps, observe, capability=capability) as step,
+    with (fake_step(cell, target, models, accum_steps, observe, capability=capability,
+                    autocast_uncast=autocast_uncast) as step,
           observer or contextlib.nullcontext(), _allocation_events(cuda) as events):
         # Fake tensors have no values: no gradient norm, and the host's memory says nothing of a device.
         traced = trace_step(step.run, step.model, step.optimizer, torch.device("cpu"), values=False)

@@ -94,7 +94,8 @@ def family(model: str) -> str:
 
 
 def validation_cell(model: str, image_size: int, batch_size: int, channels_last: bool) -> Cell:
-    """One step of timm's train benchmark as a cell: fp16 autocast, SGD with momentum 0.9 (timm's
+    """One step of timm's train benchmark as a cell: fp16 autocast (estimated with 1.12's fp32 list,
+    `NOT_CAST_BY_PYTORCH_1_12`), SGD with momentum 0.9 (timm's
     `create_optimizer_v2(opt="sgd")`), gradients zeroed and kept (`zero_grad()` in PyTorch 1.12),
     eager attention (PyTorch 1.12 had no SDPA), no accumulation, no checkpointing."""
     return Cell(experiment="estimate_validation", profile="cuda", model=model, image_size=image_size,
@@ -145,11 +146,14 @@ def sample_order(found: list[Observation], seed: int = 0) -> list[Observation]:
 def _estimate(observation: Observation, models: FakeModels) -> dict:
     cell = validation_cell(observation.model, observation.image_size, observation.batch_size,
                            observation.memory_format == "channels_last")
-    from bench.memory.estimate import estimate_cell  # the estimating half loads torch; the agreement needs none
+    # The estimating half loads torch; the agreement needs none. Autocast casts as PyTorch 1.12's did.
+    from bench.memory.cuda_autocast import NOT_CAST_BY_PYTORCH_1_12
+    from bench.memory.estimate import estimate_cell
 
     began = time.monotonic()
     try:
-        estimate = estimate_cell(cell, "cuda", models, capability=RTX3090_CAPABILITY)
+        estimate = estimate_cell(cell, "cuda", models, capability=RTX3090_CAPABILITY,
+                                 autocast_uncast=NOT_CAST_BY_PYTORCH_1_12)
     except Exception as exc:  # noqa: BLE001 - a model that does not build or trace is a row, not a stop
         return {"status": "error", "error": f"{type(exc).__name__}: {str(exc)[:200]}",
                 "estimate_s": round(time.monotonic() - began, 2)}
