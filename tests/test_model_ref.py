@@ -136,6 +136,7 @@ def test_hf_hub_builds_from_the_cached_config_without_the_network(hub_cache):
     assert type(model).__name__ == "ResNet" and model.get_classifier().out_features == 7
 
 
+@pytest.mark.slow  # two probes, 21 traces: 15 s on 2 cores
 def test_hf_hub_takes_classes_input_and_kwargs_from_its_cached_config_unless_an_option_says(capsys, hub_cache):
     _cache_hub_config(hub_cache, {"architecture": "test_resnet", "num_classes": 37,
                                   "pretrained_cfg": {"input_size": [1, 40, 40]}, "model_args": {"drop_rate": 0.1}})

@@ -23,6 +23,7 @@ def _in_repo(monkeypatch):
     monkeypatch.chdir(REPO)
 
 
+@pytest.mark.slow  # traces the plan's configurations: 3 s on 2 cores
 def test_an_eight_gpu_instance_gets_a_micro_batch_that_divides_the_effective_batch():
     plan = bench.plan(model="test_resnet", effective_batch=64, image_size=32, gpus=("H100-80GB",),
                       precisions=("bf16",), providers=("lambda",))

@@ -96,6 +96,7 @@ def test_the_size_that_fits_and_the_one_that_does_not_print_different_figures():
     assert float(totals[0]) < 24 < float(totals[1])
 
 
+@pytest.mark.slow  # a whole probe's traces: 2 s on 2 cores
 def test_probe_json_has_whole_bytes_and_the_estimators_measured_agreement(capfd, monkeypatch):
     import json
 
