@@ -13,6 +13,7 @@ from bench.memory.probe import (
     Budget,
     ProbeConfig,
     doubling_search,
+    predict_largest,
     probe_on_device,
     search_largest,
 )
@@ -34,6 +35,40 @@ def test_a_bad_guess_still_finds_the_limit(guess):
     assert search_largest(lambda n: n <= 37, guess=guess).largest == 37
     assert search_largest(lambda n: False, guess=guess).largest == 0
     assert search_largest(lambda n: True, guess=guess, max_batch=512).largest == 512
+
+
+class _SteppedPeaks:
+    """Peaks on a line that jump by a new allocator segment above `jump_above` (as ConvNeXt-T's did near the
+    budget of an RTX 4090: 362 at 21.66 GiB, 363 at 21.84): the line's guesses overshoot and undershoot."""
+
+    def __init__(self, per_sample_gib: float, jump_above: int, jump_gib: float):
+        self.per_sample_gib, self.jump_above, self.jump_gib = per_sample_gib, jump_above, jump_gib
+        self.traced: list[int] = []
+
+    def bytes_at(self, micro_batch: int) -> float:
+        return (self.per_sample_gib * micro_batch + (self.jump_gib if micro_batch > self.jump_above else 0)) * GIB
+
+    def peak_bytes(self, micro_batch: int) -> float:
+        if micro_batch not in self.traced:  # each size traced once, as `EstimatedPeaks` keeps them
+            self.traced.append(micro_batch)
+        return self.bytes_at(micro_batch)
+
+
+@pytest.mark.parametrize("per_sample_gib, jump_above, jump_gib", [(0.06, 358, 0.3), (0.0598, 355, 0.6),
+                                                                   (0.06, 361, 0.6), (0.0605, 340, 0.05)])
+def test_the_estimators_search_never_traces_a_size_the_traced_ones_already_settle(per_sample_gib, jump_above,
+                                                                                   jump_gib):
+    peaks = _SteppedPeaks(per_sample_gib, jump_above, jump_gib)
+    found = predict_largest(ProbeConfig.of("resnet50"), 24 * GIB, "cuda", headroom=0.1, peaks=peaks)
+    fits = [n for n in peaks.traced if peaks.bytes_at(n) * 1.1 <= 24 * GIB]
+    assert found.largest == max(fits) and found.largest + 1 in peaks.traced  # the answer, and proven
+    assert [n for n, _ in found.trials] == peaks.traced
+    # After the two sizes that draw the first line (traced whatever they answer), each size traced lies strictly
+    # inside the bracket of those traced before it.
+    for i, micro_batch in enumerate(peaks.traced[2:], start=2):
+        earlier = dict(found.trials[:i])
+        assert micro_batch > max((n for n, ok in earlier.items() if ok), default=0), found.trials
+        assert micro_batch < min((n for n, ok in earlier.items() if not ok), default=micro_batch + 1), found.trials
 
 
 @pytest.mark.serial

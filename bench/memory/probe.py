@@ -294,12 +294,36 @@ def predict_largest(config: ProbeConfig, budget_bytes: float, target: Target, *,
         reported(micro_batch)
     for _ in range(SECANT_STEPS + 1):
         guess = _line_guess({n: need_bytes(n) for n in consulted}, budget_bytes, smallest)
-        if guess in consulted:
+        if _settled(consulted, guess) is not None:
             break
         reported(guess)
-    found = search_largest(lambda n: reported(n) if n not in consulted else consulted[n], guess,
-                           smallest=smallest, first_stride=1)
+
+    def known_or_traced(micro_batch: int) -> bool:
+        answer = _settled(consulted, micro_batch)
+        return reported(micro_batch) if answer is None else answer
+
+    found = search_largest(known_or_traced, guess, smallest=smallest, first_stride=1)
     return Search(found.largest, tuple(consulted.items()))
+
+
+def _settled(consulted: dict[int, bool], micro_batch: int) -> bool | None:
+    """`micro_batch`'s answer where the sizes consulted already give it (at or below one that fits, at or above
+    one that does not: peaks rise with the micro-batch, as the search assumes), else None: it needs a trace.
+    Without it a line's guess, or the search stepping down from a failing one, traced a size below one known to fit
+    (ConvNeXt-T bf16 on an RTX 4090: 361 after 362 fitted).
+
+    >>> [_settled({8: True, 12: False}, n) for n in (5, 8, 10, 13)]
+    [True, True, None, False]
+    """
+    if micro_batch in consulted:
+        return consulted[micro_batch]
+    fitting = max((n for n, ok in consulted.items() if ok), default=0)
+    failing = min((n for n, ok in consulted.items() if not ok), default=None)
+    if failing is not None and fitting > failing:  # sizes that disagree with a single limit settle nothing
+        return None
+    if micro_batch <= fitting:
+        return True
+    return False if failing is not None and micro_batch >= failing else None
 
 
 def _line_guess(needs: dict[int, float], budget_bytes: float, smallest: int) -> int:
