@@ -21,7 +21,7 @@ constraints: install
 		--output-file constraints.txt pyproject.toml
 
 # Every test, doctests included: first all but those marked serial, on pytest-xdist's workers, then the serial ones on
-# one worker. test-fast (46-55 s on 2 EPYC cores, 61 s on 2 Xeon ones; the goal is 60 s) runs the first batch less those marked slow (more
+# one worker. test-fast (46-55 s on 2 EPYC cores, 60-61 s on 2 Xeon ones; the goal is 60 s) runs the first batch less those marked slow (more
 # than about 1.5 s). Serial tests start processes (cells, torchrun, the `bench` command: tests/conftest.py refuses a
 # process in a test not marked slow or serial), time steps, measure a CPU's peak or wait for a quiet machine: beside
 # another worker they would measure its load, and their processes use both cores anyway (the whole suite on two

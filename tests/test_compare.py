@@ -196,6 +196,7 @@ def test_a_plan_is_compared_with_a_measurement_on_the_axes_it_names(tmp_path, ca
     assert {"samples_per_s", "hours_per_run", "usd_per_run"} <= {f["figure"] for f in document["pairs"][0]["figures"]}
 
 
+@pytest.mark.slow  # predicts every measured cell: 1.5 s on 2 Xeon cores
 def test_the_report_sets_the_prediction_beside_each_measured_gpu_cell(tmp_path):
     from bench.report import build_report
 
