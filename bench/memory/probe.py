@@ -13,7 +13,7 @@ import os
 import textwrap
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from bench.errors import BadInput, refused_step
 from bench.frames import Tabular
@@ -86,12 +86,21 @@ def reporting(fits: Fits, kind: str, on_trial: OnTrial | None) -> Fits:
         began = time.monotonic()
         fitted = fits(micro_batch)
         history.append((micro_batch, fitted))
-        failing = [n for n, ok in history if not ok]
-        on_trial(Trial(kind, len(history), micro_batch, fitted, time.monotonic() - began,
-                       max([n for n, ok in history if ok], default=0), min(failing) if failing else None))
+        on_trial(Trial(kind, len(history), micro_batch, fitted, time.monotonic() - began, *_bracket(history)))
         return fitted
 
     return timed
+
+
+def _bracket(answers: Iterable[tuple[int, bool]]) -> tuple[int, int | None]:
+    """The largest size that fitted (0: none) and the smallest that did not (None: none), of `answers`.
+
+    >>> _bracket([(8, True), (16, False), (12, False)])
+    (8, 12)
+    """
+    answers = list(answers)
+    return (max((n for n, ok in answers if ok), default=0),
+            min((n for n, ok in answers if not ok), default=None))
 
 
 class ProbeError(BadInput):
@@ -317,8 +326,7 @@ def _settled(consulted: dict[int, bool], micro_batch: int) -> bool | None:
     """
     if micro_batch in consulted:
         return consulted[micro_batch]
-    fitting = max((n for n, ok in consulted.items() if ok), default=0)
-    failing = min((n for n, ok in consulted.items() if not ok), default=None)
+    fitting, failing = _bracket(consulted.items())
     if failing is not None and fitting > failing:  # sizes that disagree with a single limit settle nothing
         return None
     if micro_batch <= fitting:
