@@ -102,10 +102,11 @@ estimate-speed: install
 # The throughput model (docs/speed.md): every shipped study's cells predicted on every catalog GPU ->
 # results/<experiment>/predicted/ (runs.csv + accumulation.csv), without a GPU.
 # The ViT grids' AdamW cells only (their 8-bit AdamW and SGD cells would double the tracing, which is most of the
-# 25-40 minutes on 2 cores).
+# 25-40 minutes on 2 cores); and the GPU check's memory-format pairs, which its report sets beside the measurement.
 predict: install
 	$(BIN)/bench predict experiments/resnet50.toml
 	$(BIN)/bench predict experiments/vit_b16.toml experiments/vit_l16.toml --only optimizer=adamw
+	$(BIN)/bench predict experiments/gpu_check/formats.toml
 
 # Seconds to predict one ViT-L/16 cell on every catalog GPU (target <= 10 s on 2 cores).
 predict-speed: install

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU validation run: real GPU numbers in results/, measured by the harness itself.
 #
-#   bash scripts/gpu_check.sh [--dry] [--claims] [RESULTS_ROOT]     (default RESULTS_ROOT: results)
+#   bash scripts/gpu_check.sh [--dry] [--claims | --formats] [RESULTS_ROOT]     (default RESULTS_ROOT: results)
 #
 # On one CUDA GPU (sized for < 8 minutes on an H200): ResNet-50 224 px at effective batch 256
 # (experiments/gpu_check/resnet50.toml), ViT-B/16 and ViT-L/16 in bf16
@@ -16,6 +16,9 @@
 # --claims runs the claims grids instead (experiments/claims/, sized for ~10 minutes on an H200;
 # a separate device call) and regenerates results/claims/<device tags>/CLAIMS.md, whose GPU rows
 # then take precedence over the CPU and estimated ones.
+# --formats runs the memory-format pairs instead (experiments/gpu_check/formats.toml, sized for under 5 minutes
+# on an H200; a separate device call): eight models in NCHW and channels-last, each measured peak beside the
+# estimator's and each samples/s beside the throughput model's (both committed, made without a GPU).
 #
 # Needs torch, timm, pandas, matplotlib, rich and pydantic; bitsandbytes is optional (its
 # cells are then `skipped`). Wheels in .whl/ (git-ignored) are installed first if present,
@@ -25,14 +28,20 @@ cd "$(dirname "$0")/.."
 
 dry=0
 claims=0
+formats=0
 while [[ ${1:-} == --* ]]; do
     case $1 in
         --dry) dry=1 ;;
         --claims) claims=1 ;;
-        *) echo "gpu_check.sh: $1: unknown option; allowed: --dry, --claims" >&2; exit 2 ;;
+        --formats) formats=1 ;;
+        *) echo "gpu_check.sh: $1: unknown option; allowed: --dry, --claims, --formats" >&2; exit 2 ;;
     esac
     shift
 done
+if ((claims && formats)); then
+    echo "gpu_check.sh: --claims and --formats are separate device calls; give one" >&2
+    exit 2
+fi
 root=${1:-results}
 python=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 device=cuda
@@ -57,27 +66,39 @@ fi
 
 tag=$("$python" -c "from bench.measure.device import detect_device; print(detect_device('$device').tag)")
 extras="$root/gpu_check/$tag"
+profile=cuda; ((dry)) && profile=cpu
+# The estimator needs no GPU: its CUDA-profile rows are committed, so only a missing file is made here (each one
+# in the dry run). Each measured folder's report then sets the estimate beside the measurement
+# (estimate_vs_measured.csv).
+estimate_missing() {  # GRID... -> one `bench estimate` (one interpreter's start) of those without their rows
+    local grid missing=()
+    for grid in "$@"; do
+        if [[ ! -f "$root/gpu_check_$(basename "$grid" .toml)/estimate/runs.csv" ]] || ((dry)); then
+            missing+=("$grid")
+        fi
+    done
+    if ((${#missing[@]})); then
+        "$python" -m bench estimate --profile "$profile" --results "$root" "${missing[@]}"
+    fi
+}
 if ((claims)); then
     echo "Claims on $tag -> $root (dry=$dry)"
     "$python" -m bench run experiments/claims/*.toml --results "$root" --device "$device"
     "$python" -m bench claims --results "$root"
     exit 0
 fi
+if ((formats)); then
+    echo "Memory formats on $tag -> $root (dry=$dry)"
+    "$python" -m bench run experiments/gpu_check/formats.toml --results "$root" --device "$device"
+    estimate_missing experiments/gpu_check/formats.toml
+    "$python" -m bench report "$root/gpu_check_formats/$tag"
+    echo "done: $root/gpu_check_formats/$tag"
+    exit 0
+fi
 echo "GPU check on $tag -> $root (dry=$dry)"
 grids=(experiments/gpu_check/resnet50.toml experiments/gpu_check/vit.toml experiments/gpu_check/fp16.toml)
 "$python" -m bench run "${grids[@]}" --results "$root" --device "$device"
-# The estimator needs no GPU: its CUDA-profile rows are committed, so only a missing file is made here.
-# Each measured folder's report then sets the estimate beside the measurement (estimate_vs_measured.csv).
-profile=cuda; ((dry)) && profile=cpu
-to_estimate=()
-for experiment in gpu_check_resnet50 gpu_check_vit; do
-    if [[ ! -f "$root/$experiment/estimate/runs.csv" ]] || ((dry)); then
-        to_estimate+=("experiments/gpu_check/${experiment#gpu_check_}.toml")
-    fi
-done
-if ((${#to_estimate[@]})); then  # one command for both: one interpreter's start
-    "$python" -m bench estimate --profile "$profile" --results "$root" "${to_estimate[@]}"
-fi
+estimate_missing experiments/gpu_check/resnet50.toml experiments/gpu_check/vit.toml
 "$python" scripts/bench_overhead.py --device "$device" --out "$extras/overhead.csv" "${overhead[@]}"
 "$python" scripts/device_peaks.py --device "$device" --out "$extras/device_peaks.csv"
 "$python" -m bench probe "${probe[@]}" | tee "$extras/probe.txt"

@@ -36,3 +36,21 @@ def test_gpu_check_dry_run_writes_rows_reports_and_device_figures(tmp_path):
         assert beside.peak_ratio.between(0.99, 1.01).all(), beside.peak_ratio
     overhead = pd.read_csv(extras / "overhead.csv")
     assert overhead.ratio.iloc[0] > 0 and overhead.runner_samples_per_s.iloc[0] > 0
+
+
+@pytest.mark.serial
+def test_gpu_check_formats_dry_run_measures_both_formats_beside_the_estimate(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable}
+    both = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry", "--claims", "--formats", str(tmp_path)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert both.returncode == 2 and "separate device calls" in both.stderr and not any(tmp_path.iterdir())
+    ran = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry", "--formats", str(tmp_path)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=3600)  # a hang guard, as above
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    (measured,) = [d for d in (tmp_path / "gpu_check_formats").iterdir() if d.name != "estimate"]
+    rows = read_rows(measured / "runs.csv")
+    assert sorted((r["channels_last"], r["status"]) for r in rows) == [("false", "ok"), ("true", "ok")]
+    assert not (tmp_path / "gpu_check_resnet50").exists()  # the formats call runs its grid only
+    pairs = pd.read_csv(measured / "format_pairs.csv")
+    assert len(pairs) == 1 and pairs["peak CL/NCHW"].iloc[0] > 0 and pairs["estimated"].iloc[0] > 0
+    assert "## Memory formats" in (measured / "REPORT.md").read_text()

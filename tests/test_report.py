@@ -7,6 +7,7 @@ import json
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from conftest import REPO
 
 from bench.cli import main
 from bench.errors import ResultsFileError
@@ -259,3 +260,41 @@ def test_a_cell_measured_twice_keeps_both_rows_and_says_whether_they_disagree_be
     assert set(table["runs disagree"]) == {disagree}
     assert table["between runs (slowest / fastest)"].iloc[0] == round(min(200, rerun_rate) / max(200, rerun_rate), 3)
 
+
+
+@pytest.mark.slow  # a whole report, charts included: 3.2 s on 2 Xeon cores
+def test_a_gpu_folder_measured_in_both_formats_sets_each_ratio_beside_the_estimators_and_the_models(tmp_path):
+    """What `scripts/gpu_check.sh --formats` answers on a GPU: for each model, channels-last over NCHW measured (here
+    made up: 1.1x the peak, 1.3x the speed) beside the committed estimate's and H100 prediction's own ratios."""
+    import shutil
+
+    from bench.results.read import read_text
+    from bench.results.schema import COLUMNS, ESTIMATE_COLUMNS, PREDICTED_COLUMNS
+
+    committed = REPO / "results" / "gpu_check_formats"
+    predicted = [row for row in read_text(committed / "predicted" / "runs.csv", PREDICTED_COLUMNS).rows
+                 if row["gpu"] == "H100-80GB" and row["model"] in ("efficientnet_b0", "vgg13")]
+    assert len(predicted) == 4
+    runs = RunsFile(tmp_path / "gpu_check_formats" / "h100" / "runs.csv")
+    for row in predicted:
+        channels_last = row["channels_last"] == "true"
+        measured = {name: value for name, value in row.items() if name in COLUMNS}
+        measured.update(status="ok", device_type="cuda", device_name="NVIDIA H100 80GB HBM3",
+                        memory_source="cuda_allocator", peak_memory_bytes=str(int(8 * GIB * (1.1 if channels_last else 1))),
+                        peak_reserved_bytes=str(9 * GIB), samples_per_s=str(1000.0 * (1.3 if channels_last else 1)),
+                        step_time_median_ms=str(128_000 / (1000.0 * (1.3 if channels_last else 1))))
+        runs.write(measured)
+    for kind in ("estimate", "predicted"):
+        shutil.copytree(committed / kind, tmp_path / "gpu_check_formats" / kind)
+    report = build_report(tmp_path / "gpu_check_formats" / "h100")[-1].read_text()
+    assert "## Memory formats" in report
+    pairs = pd.read_csv(tmp_path / "gpu_check_formats" / "h100" / "format_pairs.csv").set_index("model")
+    assert sorted(pairs.index) == ["efficientnet_b0", "vgg13"]
+    assert (pairs["peak CL/NCHW"] == 1.1).all() and (pairs["samples/s CL/NCHW"] == 1.3).all()
+    assert (pairs["reserved CL/NCHW"] == 1.0).all()
+    estimated = read_runs(committed / "estimate" / "runs.csv", ESTIMATE_COLUMNS)
+    for model, line in pairs.iterrows():
+        peaks = estimated[estimated.model == model].set_index("channels_last").peak_memory_bytes
+        speeds = {row["channels_last"] == "true": float(row["samples_per_s"]) for row in predicted if row["model"] == model}
+        assert line.estimated == round(peaks[True] / peaks[False], 3)
+        assert line.predicted == round(speeds[True] / speeds[False], 3)

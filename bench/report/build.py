@@ -23,6 +23,7 @@ from bench.report.tables import (
     machine_speed_note,
     data_parallel,
     estimate_vs_measured,
+    format_pairs,
     predicted_accumulation_cost,
     run_to_run,
 )
@@ -63,22 +64,25 @@ def build_report(folder: Path) -> list[Path]:
     if not accuracy.empty:
         written.append(_write(folder / "estimate_vs_measured.csv", accuracy.to_csv(index=False)))
     predicted = predicted_accumulation_cost(estimates) if context.profile == "cpu" else pd.DataFrame()
-    beside = _predicted_beside_measured(folder, rows) + _run_to_run(folder)
+    predictions = sibling_predictions(folder)
+    formats = format_pairs(rows, estimates, _of_measured_gpu(predictions, rows))
+    if not formats.empty:
+        written.append(_write(folder / "format_pairs.csv", formats.to_csv(index=False)))
+    beside = _predicted_beside_measured(predictions, rows) + _formats_section(formats) + _run_to_run(folder)
     written.append(_write(folder / "REPORT.md", _report_text(rows, len(plain), context, cost, accuracy, predicted,
                                                              beside, estimates)))
     return written
 
 
-def _predicted_beside_measured(folder: Path, rows: pd.DataFrame) -> list[str]:
+def _predicted_beside_measured(predictions: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
     """The report's section setting the throughput model's predictions (`results/<experiment>/predicted/`, the
     same GPU) beside each measured cell (`bench.report.compare`); empty without predictions for this device."""
     from bench.report.compare import compare, entries_from_rows, predicted_beside_measured, prediction_summary
     from bench.results.read import records
 
-    path = Path(folder).parent / PREDICTED_FOLDER / "runs.csv"
-    if Path(folder).name == PREDICTED_FOLDER or not path.is_file():
+    if predictions.empty:
         return []
-    comparison = compare(entries_from_rows(records(read_runs(path, PREDICTED_COLUMNS)), "predicted"),
+    comparison = compare(entries_from_rows(records(predictions), "predicted"),
                          entries_from_rows(records(rows), "measured"))
     if not comparison.pairs:
         return []
@@ -89,6 +93,18 @@ def _predicted_beside_measured(folder: Path, rows: pd.DataFrame) -> list[str]:
             "../predicted .` gives every figure.", "",
             *(f"- {line}" for line in prediction_summary(comparison)), "",
             markdown_table(pd.DataFrame(predicted_beside_measured(comparison))), ""]
+
+
+def _formats_section(formats: pd.DataFrame) -> list[str]:
+    """The report's section on configurations measured in both memory formats (`format_pairs`); empty without one."""
+    if formats.empty:
+        return []
+    return ["## Memory formats", "",
+            "Each configuration measured in both memory formats: channels-last over NCHW, of the measured peak, "
+            "reserved peak and samples/s, beside the estimator's ratio (`../estimate/`: it traces each format's "
+            "tensors, not the kernels and workspaces cuDNN picks per layout) and the throughput model's for this GPU "
+            "(`../predicted/`). Above 1: channels-last needs more memory, or runs faster. Also in "
+            "`format_pairs.csv`.", "", markdown_table(formats), ""]
 
 
 def _run_to_run(folder: Path) -> list[str]:
@@ -111,6 +127,24 @@ def sibling_estimates(folder: Path) -> pd.DataFrame:
     if Path(folder).name == ESTIMATE_FOLDER or not estimates.is_file():
         return pd.DataFrame()
     return read_runs(estimates, ESTIMATE_COLUMNS)
+
+
+def sibling_predictions(folder: Path) -> pd.DataFrame:
+    """The throughput model's rows of the same experiment (`results/<experiment>/predicted/`, every catalog GPU),
+    empty when there are none."""
+    predictions = Path(folder).parent / PREDICTED_FOLDER / "runs.csv"
+    if Path(folder).name == PREDICTED_FOLDER or not predictions.is_file():
+        return pd.DataFrame()
+    return read_runs(predictions, PREDICTED_COLUMNS)
+
+
+def _of_measured_gpu(predictions: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """The predictions for the catalog GPU `rows` were measured on; none for a CPU's rows or an unknown GPU."""
+    from bench.measure.hardware import find_gpu
+
+    specs = [find_gpu(name) for name in set(rows.device_name[rows.device_type == "cuda"])]
+    gpus = {spec.gpu for spec in specs if spec}
+    return predictions[predictions.gpu.isin(gpus)] if gpus and not predictions.empty else pd.DataFrame()
 
 
 def _report_text(rows: pd.DataFrame, plain_count: int, context: ReportContext, cost: pd.DataFrame,

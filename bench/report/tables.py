@@ -221,6 +221,57 @@ def estimate_vs_measured(measured: pd.DataFrame, estimated: pd.DataFrame) -> pd.
     return joined
 
 
+def format_pairs(measured: pd.DataFrame, estimated: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """Channels-last over NCHW, one line per configuration measured `ok` in both memory formats: the measured peak,
+    reserved peak and samples/s beside the estimator's peaks (`estimated`) and the throughput model's samples/s
+    (`predicted`: rows of the measured device's GPU). A ratio whose two rows are not both there is empty; no
+    configuration measured both ways, no lines.
+
+    >>> cell = {"model": "m", "image_size": 224, "precision": "fp16", "checkpointing": "off", "optimizer": "sgd",
+    ...         "micro_batch": 64, "accum_steps": 1}
+    >>> m = pd.DataFrame([{**cell, "channels_last": cl, "status": "ok", "peak_memory_bytes": peak,
+    ...                    "peak_reserved_bytes": None, "samples_per_s": speed}
+    ...                   for cl, peak, speed in ((False, 100, 10.0), (True, 120, 15.0))])
+    >>> e = m.assign(status="estimated", peak_memory_bytes=[110, 111], samples_per_s=None)
+    >>> p = m.assign(status="predicted", samples_per_s=[10.0, 12.0])
+    >>> line = format_pairs(m, e, p).iloc[0]
+    >>> [float(line[name]) for name in ("peak CL/NCHW", "estimated", "samples/s CL/NCHW", "predicted")]
+    [1.2, 1.009, 1.5, 1.2]
+    >>> "reserved CL/NCHW" in line  # no reserved peak measured (a CPU row): no column
+    False
+    """
+    def by_format(frame: pd.DataFrame, status: str) -> dict[tuple, dict[bool, dict]]:
+        pairs: dict[tuple, dict[bool, dict]] = {}
+        for row in frame[frame.status == status].to_dict("records") if len(frame) else []:
+            channels_last = bool(dict(configuration_key(row))["channels_last"])
+            pairs.setdefault(configuration_key(row, ignore=("channels_last",)), {})[channels_last] = row
+        return pairs
+
+    def ratio(pair: dict[bool, dict] | None, column: str) -> float | None:
+        if not pair or len(pair) < 2:
+            return None
+        nchw, cl = (pd.to_numeric(pair[channels_last].get(column), errors="coerce") for channels_last in (False, True))
+        return round(float(cl / nchw), 3) if pd.notna(nchw) and pd.notna(cl) and nchw > 0 else None
+
+    measured_pairs = {key: pair for key, pair in by_format(measured, "ok").items() if len(pair) == 2}
+    estimated_pairs, predicted_pairs = by_format(estimated, "estimated"), by_format(predicted, "predicted")
+    lines = []
+    for key, pair in measured_pairs.items():
+        nchw, estimate = pair[False], estimated_pairs.get(key)
+        lines.append({
+            "model": nchw["model"], "image (px)": nchw["image_size"],
+            "micro×K": pair_label(nchw["micro_batch"], nchw["accum_steps"]), "precision": nchw["precision"],
+            "optimizer": nchw["optimizer"], "peak NCHW (GiB)": round(float(nchw["peak_memory_bytes"]) / GIB, 3),
+            "peak CL/NCHW": ratio(pair, "peak_memory_bytes"), "estimated": ratio(estimate, "peak_memory_bytes"),
+            "reserved CL/NCHW": ratio(pair, "peak_reserved_bytes"),
+            "estimated reserved": ratio(estimate, "peak_reserved_bytes"),
+            "samples/s NCHW": round(float(nchw["samples_per_s"]), 2),
+            "samples/s CL/NCHW": ratio(pair, "samples_per_s"), "predicted": ratio(predicted_pairs.get(key), "samples_per_s"),
+        })
+    table = pd.DataFrame(lines)
+    return table.dropna(axis=1, how="all") if len(table) else table
+
+
 def predicted_accumulation_cost(estimates: pd.DataFrame) -> pd.DataFrame:
     """The estimator's answer to "what accumulation costs" for the grid as written (its CUDA profile):
     predicted peak memory at the large-batch end and the most-accumulated end, per model and precision.
