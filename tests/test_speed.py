@@ -413,7 +413,7 @@ def test_the_targets_table_lists_every_slice_with_both_held_out_errors_and_the_c
     table = targets_table(rows)
     train = [row for row in rows if row["mode"] == "train"]
     assert table[0]["slice"] == "all" and table[0]["rows"] == len(train)
-    for column in TARGET_SLICES:  # every GPU, precision, memory format, family and op mix of a training row
+    for column in TARGET_SLICES:  # every source, GPU, precision, memory format, family and op mix of a training row
         assert {line["value"] for line in table if line["slice"] == column} == {row[column] for row in train}
         assert sum(line["rows"] for line in table if line["slice"] == column) == len(train)
     # The same coverage the validation page states for bands held out by source, and within the 80 % band's

@@ -156,8 +156,9 @@ def calibrated_quantiles(held_out: dict[str, np.ndarray], measured: np.ndarray, 
     return quantiles
 
 
-TARGET_SLICES = ("gpu", "precision", "memory_format", "family", "op_mix")
-"""The slices `targets_table` lists, after `all`: issue #36's GPU, precision, memory format and model family."""
+TARGET_SLICES = ("source", "gpu", "precision", "memory_format", "family", "op_mix")
+"""The slices `targets_table` lists, after `all`: the calibration source (how much of a figure is one table's), then
+issue #36's GPU, precision, memory format and model family."""
 
 
 def targets_table(rows: list[dict]) -> list[dict]:
