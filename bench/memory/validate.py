@@ -427,7 +427,39 @@ def _format_split_lines(rows: pd.DataFrame, sides: pd.DataFrame) -> list[str]:
             f"{len(split) - contiguous_less}). The estimate gives both formats of a batch the same peak (within 1 % "
             f"in {len(peaks) - apart} of the {len(peaks)} batches estimated in both: the trace does not tell them "
             f"apart), so it can be right on one of the two at most: {int((~judged_rows.both_right).sum())} of the "
-            f"{int((~rows.both_right).sum())} rows missed are theirs.", ""]
+            f"{int((~rows.both_right).sum())} rows missed are theirs.", "", *_goal_lines(rows, split, estimated), ""]
+
+
+GOAL_BOTH_RIGHT = 0.97
+"""The share of rows right on both sides that issue #38 asks of the estimator."""
+NEAR_LINE = 0.03
+"""A missed side this close to the fit line (predicted peak x headroom within 3 % of the card) is near it."""
+
+
+def _goal_lines(rows: pd.DataFrame, split: pd.DataFrame, estimated: pd.DataFrame) -> list[str]:
+    """What the format-split models leave of the goal (`GOAL_BOTH_RIGHT`): the misses no format-blind estimate
+    avoids, and how near the line the other misses lie."""
+    oom_batch = estimated[estimated.side == "oom"].set_index(["model", "memory_format"]).batch_size
+    fewer = split.idxmin(axis=1)  # the format that fits the smaller largest batch
+    # Its OOM batch at or below the other format's fit batch: the two sides ask opposite answers of one peak that
+    # rises with the batch, so one of them is missed whatever the estimate.
+    forced = sum(1 for model, smaller in fewer.items()
+                 if oom_batch.get((model, smaller), float("inf")) <= split.loc[model].max())
+    allowed = int((1 - GOAL_BOTH_RIGHT) * len(rows) + 1e-9)
+    others = rows[~rows.model.isin(split.index) & ~rows.both_right]
+    fit_missed = others.fit_right == False  # noqa: E712 (object column of booleans)
+    oom_missed = others.has_oom & (others.oom_right == False)  # noqa: E712
+    fit_near, oom_near = ((others.fit_ratio - 1).abs() <= NEAR_LINE, (others.oom_ratio - 1).abs() <= NEAR_LINE)
+    near = (~fit_missed | fit_near) & (~oom_missed | oom_near)
+    beside = f"{allowed - forced} beside those" if allowed >= forced else "fewer than those alone"
+    return [f"In {forced} of those models the smaller format's OOM batch is at or below the other format's fit "
+            f"batch: the two sides ask opposite answers of one peak that rises with the batch, so an estimate that "
+            f"gives both formats one peak misses one of them whatever it predicts, and can reach at most "
+            f"{1 - forced / len(rows):.1%}. The goal ({GOAL_BOTH_RIGHT:.0%} right on both sides) allows "
+            f"{allowed} misses, {beside}. Of the {len(others)} misses of the other models, {int(near.sum())} lie "
+            f"within {NEAR_LINE:.0%} of the line: {int((near & fit_missed).sum())} fit sides at most "
+            f"{NEAR_LINE:.0%} over the card, {int((near & oom_missed).sum())} OOM sides at most {NEAR_LINE:.0%} "
+            "under."]
 
 
 def _replay_lines(rows_file: Path, sides: pd.DataFrame, rows: pd.DataFrame, headroom: float) -> list[str]:
