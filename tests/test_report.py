@@ -277,12 +277,12 @@ def test_a_gpu_folder_measured_in_both_formats_sets_each_ratio_beside_the_estima
     assert len(predicted) == 4
     runs = RunsFile(tmp_path / "gpu_check_formats" / "h100" / "runs.csv")
     for row in predicted:
-        channels_last = row["channels_last"] == "true"
+        peak, speed = (8 * GIB * 1.1, 1300.0) if row["channels_last"] == "true" else (8 * GIB, 1000.0)
         measured = {name: value for name, value in row.items() if name in COLUMNS}
         measured.update(status="ok", device_type="cuda", device_name="NVIDIA H100 80GB HBM3",
-                        memory_source="cuda_allocator", peak_memory_bytes=str(int(8 * GIB * (1.1 if channels_last else 1))),
-                        peak_reserved_bytes=str(9 * GIB), samples_per_s=str(1000.0 * (1.3 if channels_last else 1)),
-                        step_time_median_ms=str(128_000 / (1000.0 * (1.3 if channels_last else 1))))
+                        memory_source="cuda_allocator", peak_memory_bytes=str(int(peak)),
+                        peak_reserved_bytes=str(9 * GIB), samples_per_s=str(speed),
+                        step_time_median_ms=str(128_000 / speed))
         runs.write(measured)
     for kind in ("estimate", "predicted"):
         shutil.copytree(committed / kind, tmp_path / "gpu_check_formats" / kind)
@@ -295,6 +295,7 @@ def test_a_gpu_folder_measured_in_both_formats_sets_each_ratio_beside_the_estima
     estimated = read_runs(committed / "estimate" / "runs.csv", ESTIMATE_COLUMNS)
     for model, line in pairs.iterrows():
         peaks = estimated[estimated.model == model].set_index("channels_last").peak_memory_bytes
-        speeds = {row["channels_last"] == "true": float(row["samples_per_s"]) for row in predicted if row["model"] == model}
+        speeds = {row["channels_last"] == "true": float(row["samples_per_s"])
+                  for row in predicted if row["model"] == model}
         assert line.estimated == round(peaks[True] / peaks[False], 3)
         assert line.predicted == round(speeds[True] / speeds[False], 3)

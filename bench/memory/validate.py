@@ -447,8 +447,8 @@ def _goal_lines(rows: pd.DataFrame, split: pd.DataFrame, estimated: pd.DataFrame
                  if oom_batch.get((model, smaller), float("inf")) <= split.loc[model].max())
     allowed = int((1 - GOAL_BOTH_RIGHT) * len(rows) + 1e-9)
     others = rows[~rows.model.isin(split.index) & ~rows.both_right]
-    fit_missed = others.fit_right == False  # noqa: E712 (object column of booleans)
-    oom_missed = others.has_oom & (others.oom_right == False)  # noqa: E712
+    fit_missed = ~others.fit_right.astype(bool)
+    oom_missed = ~others.oom_right.where(others.has_oom, True).astype(bool)  # no OOM side: nothing missed there
     fit_near, oom_near = ((others.fit_ratio - 1).abs() <= NEAR_LINE, (others.oom_ratio - 1).abs() <= NEAR_LINE)
     near = (~fit_missed | fit_near) & (~oom_missed | oom_near)
     beside = f"{allowed - forced} beside those" if allowed >= forced else "fewer than those alone"

@@ -266,7 +266,8 @@ def format_pairs(measured: pd.DataFrame, estimated: pd.DataFrame, predicted: pd.
             "reserved CL/NCHW": ratio(pair, "peak_reserved_bytes"),
             "estimated reserved": ratio(estimate, "peak_reserved_bytes"),
             "samples/s NCHW": round(float(nchw["samples_per_s"]), 2),
-            "samples/s CL/NCHW": ratio(pair, "samples_per_s"), "predicted": ratio(predicted_pairs.get(key), "samples_per_s"),
+            "samples/s CL/NCHW": ratio(pair, "samples_per_s"),
+            "predicted": ratio(predicted_pairs.get(key), "samples_per_s"),
         })
     table = pd.DataFrame(lines)
     return table.dropna(axis=1, how="all") if len(table) else table
