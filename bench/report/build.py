@@ -29,7 +29,7 @@ from bench.report.tables import (
 )
 from bench.results.markdown import markdown_table
 from bench.results.read import read_runs
-from bench.results.schema import ESTIMATE_COLUMNS, PREDICTED_COLUMNS
+from bench.results.schema import ESTIMATE_COLUMNS, PREDICTED_COLUMNS, Column
 from bench.results.store import ESTIMATE_FOLDER, PREDICTED_FOLDER
 
 # PNGs carry no timestamp; dropping the version stamp too keeps reruns byte-identical.
@@ -123,19 +123,21 @@ def _run_to_run(folder: Path) -> list[str]:
 
 def sibling_estimates(folder: Path) -> pd.DataFrame:
     """The estimate rows of the same experiment (`results/<experiment>/estimate/`), empty when there are none."""
-    estimates = Path(folder).parent / ESTIMATE_FOLDER / "runs.csv"
-    if Path(folder).name == ESTIMATE_FOLDER or not estimates.is_file():
-        return pd.DataFrame()
-    return read_runs(estimates, ESTIMATE_COLUMNS)
+    return _sibling_rows(folder, ESTIMATE_FOLDER, ESTIMATE_COLUMNS)
 
 
 def sibling_predictions(folder: Path) -> pd.DataFrame:
     """The throughput model's rows of the same experiment (`results/<experiment>/predicted/`, every catalog GPU),
     empty when there are none."""
-    predictions = Path(folder).parent / PREDICTED_FOLDER / "runs.csv"
-    if Path(folder).name == PREDICTED_FOLDER or not predictions.is_file():
+    return _sibling_rows(folder, PREDICTED_FOLDER, PREDICTED_COLUMNS)
+
+
+def _sibling_rows(folder: Path, kind: str, columns: dict[str, Column]) -> pd.DataFrame:
+    """The rows of the folder `kind` beside `folder` (none when `folder` is that kind itself)."""
+    path = Path(folder).parent / kind / "runs.csv"
+    if Path(folder).name == kind or not path.is_file():
         return pd.DataFrame()
-    return read_runs(predictions, PREDICTED_COLUMNS)
+    return read_runs(path, columns)
 
 
 def _of_measured_gpu(predictions: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
